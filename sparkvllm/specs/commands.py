@@ -1,0 +1,278 @@
+"""One-shot node commands, each with its lifecycle: create is idempotent, delete undoes it.
+
+Pure: strings and data. `components/` turns a CommandSpec into a pulumi-command
+remote.Command on the node's connection; the simulated-cluster executor runs the same
+resource inputs over ssh.
+
+stdin: a command gets either literal text (a probe script) or, for `stdin_secret`, a secret
+the component supplies (the SSH private key for node-to-node streaming). Secrets never
+appear in a command line, so they never reach a log or an error message.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Literal
+
+from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.probes import script
+from sparkvllm.specs.containers import container_name
+from sparkvllm.specs.ssh import known_hosts_line
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A one-shot command on `node`. `timeout_s` bounds create; `delete` undoes it."""
+
+    name: str
+    node: str
+    create: str
+    delete: str | None = None
+    stdin: str | None = None
+    stdin_secret: Literal["ssh_private_key"] | None = None
+    timeout_s: int = 300
+
+
+# Identity of an image independent of the storage driver: the content of its layers and
+# the config that decides what runs. `.Id` differs between graph drivers and the
+# containerd store, which made tools re-transfer multi-GB images every run (pain 7).
+_FINGERPRINT_FORMAT = (
+    "{{json .RootFS.Layers}}{{json .Config.Entrypoint}}{{json .Config.Cmd}}{{json .Config.Env}}"
+)
+
+
+def fingerprint_script(ref: str) -> str:
+    """Prints the image fingerprint (sha256 hex), or nothing if the image is absent."""
+    fmt = shlex.quote(_FINGERPRINT_FORMAT)
+    return (
+        f"f=$(docker image inspect --format {fmt} {shlex.quote(ref)} 2>/dev/null) && "
+        "printf '%s' \"$f\" | sha256sum | cut -c1-64"
+    )
+
+
+def _id_script(ref: str) -> str:
+    return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}"
+
+
+def image_obtain(cfg: StackConfig) -> CommandSpec:
+    """Get the image onto the head exactly once: pull, load a tarball, or require it.
+
+    Prints `id=` and `fingerprint=` lines.
+    """
+    img = cfg.image
+    ref = shlex.quote(img.ref)
+    head = cfg.head_node.name
+    if img.source == "pull":
+        get = f"docker pull {ref} >&2"
+    elif img.source == "tarball":
+        tar = shlex.quote(img.tarball or "")
+        get = (
+            f"test -r {tar} || {{ echo 'image tarball {img.tarball} is not readable on {head};"
+            f" fix: copy it there or correct image.tarball' >&2; exit 1; }}\n"
+            f"docker load -i {tar} >&2\n"
+            f"docker image inspect {ref} >/dev/null 2>&1 || {{ echo 'tarball {img.tarball} "
+            f"does not contain {img.ref}; fix: set image.ref to the tag inside the tarball'"
+            " >&2; exit 1; }"
+        )
+    else:
+        get = (
+            f"echo 'image {img.ref} is not present on {head}; fix: load it there or set "
+            "image.source to pull or tarball' >&2; exit 1"
+        )
+    create = "\n".join(
+        [
+            "set -euo pipefail",
+            f"if ! docker image inspect {ref} >/dev/null 2>&1; then",
+            get,
+            "fi",
+            f"echo id=$({_id_script(img.ref)})",
+            f"echo fingerprint=$({fingerprint_script(img.ref)})",
+        ]
+    )
+    return CommandSpec(name=f"image-obtain-{head}", node=head, create=create, timeout_s=3600)
+
+
+def _ssh_to(node: NodeConfig, host_key: str | None) -> str:
+    """The ssh invocation from the head to `node` over the cluster link ($key, $kh set)."""
+    verify = (
+        '-o UserKnownHostsFile="$kh" -o StrictHostKeyChecking=yes'
+        if host_key is not None
+        else "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"
+    )
+    return (
+        f'ssh -i "$key" -o IdentitiesOnly=yes -o BatchMode=yes -o ConnectTimeout=15 {verify} '
+        f"-p {node.ssh.port} {shlex.quote(node.ssh.user)}@{node.cluster_link.address}"
+    )
+
+
+def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
+    """Stream the image from the head to `target` over the cluster link, if it differs.
+
+    Runs on the head; stdin is the SSH private key (written to a 0600 temp file that is
+    removed on exit). Skips the transfer when the fingerprints already match. Prints
+    `transferred=0|1`, `id=` (the target's image ID) and `fingerprint=` lines.
+    """
+    ref = cfg.image.ref
+    head = cfg.head_node.name
+    kh_line = (
+        known_hosts_line(str(target.cluster_link.address), target.ssh.port, host_key)
+        if host_key
+        else ""
+    )
+    fp = fingerprint_script(ref)
+    create = "\n".join(
+        [
+            "set -euo pipefail",
+            "umask 077",
+            'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
+            'cat > "$key"',
+            f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
+            f'remote() {{ {_ssh_to(target, host_key)} "$@"; }}',
+            "remote true || { echo "
+            + shlex.quote(
+                f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
+                f"{target.ssh.port} over the cluster link; fix: let sshd listen on the "
+                "cluster address and authorize the key for "
+                f"{target.ssh.user}"
+            )
+            + " >&2; exit 1; }",
+            f"src=$({fp})",
+            (
+                f'[ -n "$src" ] || {{ echo {shlex.quote(f"image {ref} is missing on {head}")} >&2;'
+                " exit 1; }"
+            ),
+            f"dst=$(remote {shlex.quote(fp)} || true)",
+            'if [ "$src" != "$dst" ]; then',
+            f"  echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
+            f"  docker save {shlex.quote(ref)} | remote docker load >&2",
+            f"  dst=$(remote {shlex.quote(fp)})",
+            (
+                '  [ "$src" = "$dst" ] || { echo "image '
+                f"{ref} on {target.name}"
+                ' differs after transfer: $dst != $src" >&2; exit 1; }'
+            ),
+            "  echo transferred=1",
+            "else",
+            "  echo transferred=0",
+            "fi",
+            f"echo id=$(remote {shlex.quote(_id_script(ref))})",
+            'echo fingerprint="$dst"',
+        ]
+    )
+    return CommandSpec(
+        name=f"image-sync-{target.name}",
+        node=head,
+        create=create,
+        stdin_secret="ssh_private_key",
+        timeout_s=3600,
+    )
+
+
+def parse_kv(stdout: str) -> dict[str, str]:
+    """`key=value` lines of a command's output (later lines win)."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.isidentifier():
+            out[k] = v.strip()
+    return out
+
+
+def _probe_loop(
+    *,
+    container: str,
+    args: list[str],
+    timeout_s: int,
+    what: str,
+    on_fail_logs_of: str | None = None,
+) -> str:
+    """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
+
+    Progress every 30 s on stderr; on timeout, the probe's last answer and the last log
+    lines; bounded by `timeout_s`. The probe's last JSON line is the command's stdout.
+    """
+    argv = " ".join(shlex.quote(a) for a in args)
+    logs = on_fail_logs_of or container
+    return "\n".join(
+        [
+            "set -uo pipefail",
+            'probe=$(mktemp); trap \'rm -f "$probe"\' EXIT; cat > "$probe"',
+            f"deadline=$((SECONDS + {timeout_s})); next=$((SECONDS + 30))",
+            "while :; do",
+            (
+                f'  state=$(docker inspect -f "{{{{.State.Status}}}}" {container} 2>/dev/null'
+                " || echo absent)"
+            ),
+            '  if [ "$state" != running ]; then',
+            f'    echo {shlex.quote(f"{container} is not running")} "($state); last logs:" >&2',
+            f"    docker logs --tail 40 {container} >&2 2>&1 || true",
+            "    exit 1",
+            "  fi",
+            f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
+            "  rc=$?",
+            "  if [ $rc -eq 0 ]; then printf '%s\\n' \"$out\" | tail -n 1; exit 0; fi",
+            "  if [ $SECONDS -ge $deadline ]; then",
+            (
+                f'    echo {shlex.quote(f"{what}: not ready after {timeout_s}s")} "; last answer:'
+                ' $out; last logs:" >&2'
+            ),
+            f"    docker logs --tail 40 {logs} >&2 2>&1 || true",
+            "    exit 1",
+            "  fi",
+            "  if [ $SECONDS -ge $next ]; then",
+            (
+                f'    echo "{what}: waiting ($SECONDS s): '
+                f'$(docker logs --tail 1 {logs} 2>&1 | cut -c1-160)" >&2'
+            ),
+            "    next=$((SECONDS + 30))",
+            "  fi",
+            "  sleep 3",
+            "done",
+        ]
+    )
+
+
+def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
+    """Wait until Ray reports every node (by its cluster IP) and every GPU.
+
+    Runs on the head, probing from inside the Ray head container. Prints the membership
+    JSON (nodes, gpus, missing, unexpected).
+    """
+    head = cfg.head_node.name
+    ips = ",".join(str(n.cluster_link.address) for n in cfg.nodes)
+    name = container_name(stack, "ray-head")
+    return CommandSpec(
+        name=f"ray-ready-{head}",
+        node=head,
+        create=_probe_loop(
+            container=name,
+            args=[ips, str(cfg.total_gpus)],
+            timeout_s=cfg.timeouts.ray_ready_s,
+            what="ray cluster",
+        ),
+        stdin=script("ray_members"),
+        timeout_s=cfg.timeouts.ray_ready_s + 120,
+    )
+
+
+def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:
+    """Wait for the model server to load and answer; then print its health JSON.
+
+    Bounded by timeouts.server_ready_s; logs progress (the server's last log line) every
+    30 s so a 15-minute model load is visible in `pulumi up`.
+    """
+    head = cfg.head_node.name
+    name = container_name(stack, "model-server")
+    return CommandSpec(
+        name=f"server-ready-{head}",
+        node=head,
+        create=_probe_loop(
+            container=name,
+            args=[f"http://127.0.0.1:{cfg.ports.api}", cfg.model.name_for_clients],
+            timeout_s=cfg.timeouts.server_ready_s,
+            what="model server",
+        ),
+        stdin=script("server_health"),
+        timeout_s=cfg.timeouts.server_ready_s + 300,
+    )

@@ -1,0 +1,277 @@
+"""Container specs of the long-running processes: Ray head, Ray workers, model server.
+
+Pure data: no Pulumi, no I/O. `components/` turns a ContainerSpec into a docker.Container;
+the simulated-cluster executor runs the very same resource inputs.
+
+What a working GB10 cluster needs (field notes): host network (Ray, NCCL and vLLM bind the
+cluster address), host IPC (NCCL/shared memory), all GPUs, and when RDMA is configured the
+/dev/infiniband devices with unlimited memlock and IPC_LOCK (without them NCCL logs
+"NET/IB : No device found" and silently uses TCP). The model server is a Ray driver in its
+own container: it finds the raylet only when it shares the host PID namespace and Ray's
+temp dir with the head container (simulated-cluster notes).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
+
+LABEL_PREFIX = "ai.sparkvllm"
+# Ray's session dir, shared by the head container and the model server (raylet discovery).
+RAY_TMP_ON_HOST = "/tmp/sparkvllm-ray"
+RAY_TMP_IN_CONTAINER = "/tmp/ray"
+VLLM_CONFIG_ROOT = "/root/.config/vllm"
+
+
+@dataclass(frozen=True)
+class Mount:
+    host_path: str
+    container_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class Device:
+    host_path: str
+    container_path: str
+    permissions: str = "rwm"
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    name: str
+    soft: int
+    hard: int
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    test: tuple[str, ...]
+    interval_s: int
+    timeout_s: int
+    start_period_s: int
+    retries: int
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything docker needs to run one long-running container.
+
+    `secret_env` names variables whose values are secrets the component injects (the spec
+    never holds a secret value).
+    """
+
+    name: str
+    node: str
+    role: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    labels: dict[str, str]
+    entrypoint: tuple[str, ...] | None = None
+    secret_env: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[Device, ...] = ()
+    ulimits: tuple[Ulimit, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    network_mode: str = "host"
+    ipc_mode: str = "host"
+    pid_mode: str | None = None
+    gpus: str | None = None
+    restart: str = "unless-stopped"
+    max_retry_count: int | None = None
+    healthcheck: Healthcheck | None = None
+    stop_timeout_s: int = 30
+
+
+def container_name(stack: str, role: str, node: str | None = None) -> str:
+    base = f"sparkvllm-{stack}-{role}"
+    return f"{base}-{node}" if node else base
+
+
+def labels(stack: str, role: str, node: str) -> dict[str, str]:
+    return {
+        f"{LABEL_PREFIX}.stack": stack,
+        f"{LABEL_PREFIX}.role": role,
+        f"{LABEL_PREFIX}.node": node,
+    }
+
+
+def _common(cfg: StackConfig, node: NodeConfig) -> dict[str, object]:
+    """Settings shared by every container on a node: GPUs, RDMA, mounts."""
+    rdma = rdma_enabled(node)
+    return {
+        "gpus": "all" if cfg.accelerator == "nvidia" else None,
+        "devices": (Device("/dev/infiniband", "/dev/infiniband"),) if rdma else (),
+        "ulimits": (Ulimit("memlock", -1, -1),) if rdma else (),
+        "cap_add": ("IPC_LOCK",) if rdma else (),
+    }
+
+
+def _hf_mount(cfg: StackConfig) -> Mount:
+    return Mount(cfg.model.hf_cache, HF_HOME)
+
+
+def _gcs_address(cfg: StackConfig) -> str:
+    return f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
+
+
+def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
+    """`ray start --head --block` on the head node, bound to its cluster-link address."""
+    node = cfg.head_node
+    cmd = (
+        "ray",
+        "start",
+        "--head",
+        "--block",
+        f"--port={cfg.ports.ray_gcs}",
+        f"--node-ip-address={node.cluster_link.address}",
+        "--dashboard-host=0.0.0.0",
+        f"--dashboard-port={cfg.ports.ray_dashboard}",
+        f"--num-gpus={node.gpus}",
+        "--disable-usage-stats",
+    )
+    return ContainerSpec(
+        name=container_name(stack, "ray-head"),
+        node=node.name,
+        role="ray-head",
+        command=cmd,
+        env=node_env(cfg, node),
+        labels=labels(stack, "ray-head", node.name),
+        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+        **_common(cfg, node),  # type: ignore[arg-type]
+    )
+
+
+def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
+    """`ray start --block --address=<head>` on a worker, bound to its OWN cluster address.
+
+    Its env carries this node's own interface values; Ray workers spawned here inherit
+    them, and NON_CARRY_OVER stops vLLM from overwriting them with the head's.
+    """
+    cmd = (
+        "ray",
+        "start",
+        "--block",
+        f"--address={_gcs_address(cfg)}",
+        f"--node-ip-address={node.cluster_link.address}",
+        f"--num-gpus={node.gpus}",
+        "--disable-usage-stats",
+    )
+    return ContainerSpec(
+        name=container_name(stack, "ray-worker", node.name),
+        node=node.name,
+        role="ray-worker",
+        command=cmd,
+        env=node_env(cfg, node),
+        labels=labels(stack, "ray-worker", node.name),
+        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+        **_common(cfg, node),  # type: ignore[arg-type]
+    )
+
+
+def vllm_serve_args(cfg: StackConfig) -> list[str]:
+    """The `vllm serve` argv (without the secret API key: that is VLLM_API_KEY)."""
+    v = cfg.vllm
+    m = cfg.model
+    args = [
+        "vllm",
+        "serve",
+        m.id,
+        f"--revision={m.revision}",
+        f"--served-model-name={m.name_for_clients}",
+        "--host=0.0.0.0",
+        f"--port={cfg.ports.api}",
+        f"--tensor-parallel-size={cfg.parallelism.tensor}",
+        f"--pipeline-parallel-size={cfg.parallelism.pipeline}",
+        "--distributed-executor-backend=ray",
+        f"--gpu-memory-utilization={v.gpu_memory_utilization}",
+    ]
+    if v.max_model_len is not None:
+        args.append(f"--max-model-len={v.max_model_len}")
+    if v.max_num_batched_tokens is not None:
+        args.append(f"--max-num-batched-tokens={v.max_num_batched_tokens}")
+    if v.dtype != "auto":
+        args.append(f"--dtype={v.dtype}")
+    if v.kv_cache_dtype != "auto":
+        args.append(f"--kv-cache-dtype={v.kv_cache_dtype}")
+    if v.load_format != "auto":
+        args.append(f"--load-format={v.load_format}")
+    if v.enable_prefix_caching:
+        args.append("--enable-prefix-caching")
+    if v.reasoning_parser:
+        args.append(f"--reasoning-parser={v.reasoning_parser}")
+    if v.enable_auto_tool_choice:
+        args.append("--enable-auto-tool-choice")
+    if v.tool_call_parser:
+        args.append(f"--tool-call-parser={v.tool_call_parser}")
+    if v.speculative_config is not None:
+        args.append(
+            "--speculative-config=" + json.dumps(v.speculative_config, separators=(",", ":"))
+        )
+    if v.enable_expert_parallel:
+        args.append("--enable-expert-parallel")
+    if v.language_model_only:
+        args.append("--language-model-only")
+    args.extend(v.extra_args)
+    return args
+
+
+def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
+    """`vllm serve` TP x PP on the Ray backend, its own container on the head node.
+
+    The entrypoint first writes vLLM's non-carry-over list (so Ray workers keep their own
+    NCCL/GLOO/UCX values), then execs `vllm serve`.
+    """
+    node = cfg.head_node
+    non_carry = json.dumps(list(NON_CARRY_OVER))
+    script = (
+        f"mkdir -p {VLLM_CONFIG_ROOT} && "
+        f"printf '%s' {shlex.quote(non_carry)} "
+        f"> {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json"
+        f" && exec {shlex.join(vllm_serve_args(cfg))}"
+    )
+    env = {
+        **node_env(cfg, node),
+        **cfg.vllm.env,
+        "RAY_ADDRESS": _gcs_address(cfg),
+        "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
+        # vLLM's own engine start-up bound follows ours, so it never gives up first.
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.timeouts.server_ready_s),
+    }
+    health_test = (
+        "CMD",
+        "python3",
+        "-c",
+        (
+            "import urllib.request,sys;"
+            f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{cfg.ports.api}/health',"
+            "timeout=5).status==200 else 1)"
+        ),
+    )
+    return ContainerSpec(
+        name=container_name(stack, "model-server"),
+        node=node.name,
+        role="model-server",
+        entrypoint=("bash", "-c"),
+        command=(script,),
+        env=env,
+        secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
+        labels=labels(stack, "model-server", node.name),
+        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+        pid_mode="host",
+        # A crash loop on unified memory can wedge the host: retry a few times, then stop.
+        restart="on-failure",
+        max_retry_count=3,
+        healthcheck=Healthcheck(
+            test=health_test,
+            interval_s=30,
+            timeout_s=10,
+            start_period_s=cfg.timeouts.server_ready_s,
+            retries=3,
+        ),
+        **_common(cfg, node),  # type: ignore[arg-type]
+    )

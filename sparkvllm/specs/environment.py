@@ -1,0 +1,69 @@
+"""Per-node environment: each node its OWN cluster-link values.
+
+Why per node: Ray and vLLM pick interfaces and addresses from these variables. VLLM_HOST_IP
+must equal Ray's node IP or vLLM's placement group never schedules (field notes, pain 2);
+NCCL/GLOO/TP/UCX must name the node's own cluster netdev or NCCL hangs or falls back to
+the LAN (pain 1, 8); and vLLM's Ray executor copies the driver's (head's) environment to
+every worker unless a variable is listed in VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json
+(pain 3), which `NON_CARRY_OVER` feeds.
+"""
+
+from __future__ import annotations
+
+from sparkvllm.config import NodeConfig, StackConfig
+
+# Ray misreads page cache as memory pressure on unified memory and kills workers.
+RAY_MEMORY_MONITOR_OFF = {"RAY_memory_monitor_refresh_ms": "0"}
+
+# Mount point of the nodes' HF cache inside every container.
+HF_HOME = "/root/.cache/huggingface"
+
+# Variables whose value differs per node: never copied from the head to Ray workers.
+NON_CARRY_OVER = (
+    "VLLM_HOST_IP",
+    "RAY_NODE_IP_ADDRESS",
+    "RAY_OVERRIDE_NODE_IP_ADDRESS",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+    "UCX_NET_DEVICES",
+    "OMPI_MCA_btl_tcp_if_include",
+    "NCCL_IB_HCA",
+    "NCCL_IB_DISABLE",
+)
+
+
+def node_env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
+    """The environment every container on `node` gets (Ray head, worker, model server).
+
+    >>> node_env(cfg, cfg.nodes[1])["NCCL_SOCKET_IFNAME"]
+    'enp1s0f1np1'
+    """
+    link = node.cluster_link
+    ip = str(link.address)
+    env = {
+        "VLLM_HOST_IP": ip,
+        "RAY_NODE_IP_ADDRESS": ip,
+        "RAY_OVERRIDE_NODE_IP_ADDRESS": ip,
+        "NCCL_SOCKET_IFNAME": link.netdev,
+        "GLOO_SOCKET_IFNAME": link.netdev,
+        "TP_SOCKET_IFNAME": link.netdev,
+        "UCX_NET_DEVICES": link.netdev,
+        "OMPI_MCA_btl_tcp_if_include": link.netdev,
+        "HF_HOME": HF_HOME,
+        **RAY_MEMORY_MONITOR_OFF,
+    }
+    if link.roce_hcas:
+        env["NCCL_IB_HCA"] = ",".join(link.roce_hcas)
+        env["NCCL_IB_DISABLE"] = "0"
+    else:
+        env["NCCL_IB_DISABLE"] = "1"
+    if cfg.vllm.nccl_debug:
+        env["NCCL_DEBUG"] = cfg.vllm.nccl_debug
+    if cfg.model.offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def rdma_enabled(node: NodeConfig) -> bool:
+    return bool(node.cluster_link.roce_hcas)

@@ -1,0 +1,227 @@
+"""Preflight facts of a node: a pure command, a pure parser, pure checks (pyinfra's split).
+
+The command prints `key=value` lines and never fails on a missing tool (a missing tool is a
+fact); the checks turn facts into problems that name the node and the fact.
+
+    >>> facts = parse_facts(stdout)
+    >>> check_facts(cfg, node, facts)
+    []
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from sparkvllm.config import NodeConfig, StackConfig
+
+# The Docker API version the node's engine must at least speak (Docker 20.10 = API 1.41).
+MIN_DOCKER_API = (1, 41)
+
+
+def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
+    """Shell script that prints the node's facts as key=value lines (bash, no sudo)."""
+    netdev = shlex.quote(node.cluster_link.netdev)
+    cache = shlex.quote(cfg.model.hf_cache)
+    return "\n".join(
+        [
+            "set -u",
+            "echo arch=$(uname -m)",
+            "echo kernel=$(uname -r)",
+            "echo hostname=$(hostname)",
+            "echo mem_total_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)",
+            "echo mem_available_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)",
+            "if command -v docker >/dev/null 2>&1; then",
+            "  echo docker_version=$(docker version --format '{{.Server.Version}}' 2>/dev/null)",
+            "  echo docker_api=$(docker version --format '{{.Server.APIVersion}}' 2>/dev/null)",
+            "else echo docker_version=; echo docker_api=; fi",
+            "if command -v nvidia-smi >/dev/null 2>&1; then",
+            (
+                "  g=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null"
+                " | head -1)"
+            ),
+            '  echo gpu_name="${g%%,*}"; echo gpu_driver="$(echo ${g#*,})"',
+            "  echo gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
+            "else echo gpu_name=; echo gpu_driver=; echo gpu_count=0; fi",
+            f"d=/sys/class/net/{netdev}",
+            'if [ -e "$d" ]; then',
+            '  echo netdev_present=1; echo netdev_state=$(cat "$d/operstate")',
+            '  echo netdev_mtu=$(cat "$d/mtu")',
+            (
+                f"  echo netdev_addresses=$(ip -o -4 addr show dev {netdev} 2>/dev/null"
+                " | awk '{print $4}' | cut -d/ -f1 | paste -sd, -)"
+            ),
+            (
+                "else echo netdev_present=0; echo netdev_state=; echo netdev_mtu=0;"
+                " echo netdev_addresses=; fi"
+            ),
+            "echo netdevs=$(ls /sys/class/net | paste -sd, -)",
+            "echo rdma_devices=$(ls /sys/class/infiniband 2>/dev/null | paste -sd, -)",
+            f"echo hf_cache_free_kb=$(df -Pk {cache} 2>/dev/null | awk 'NR==2{{print $4}}')",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    arch: str
+    kernel: str
+    hostname: str
+    mem_total_kb: int
+    mem_available_kb: int
+    docker_version: str
+    docker_api: str
+    gpu_name: str
+    gpu_driver: str
+    gpu_count: int
+    netdev_present: bool
+    netdev_state: str
+    netdev_mtu: int
+    netdev_addresses: tuple[str, ...]
+    netdevs: tuple[str, ...]
+    rdma_devices: tuple[str, ...]
+    hf_cache_free_kb: int | None
+    raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def as_output(self) -> dict[str, object]:
+        """The facts as a plain dict for stack outputs."""
+        return {
+            "arch": self.arch,
+            "kernel": self.kernel,
+            "hostname": self.hostname,
+            "mem_total_gib": round(self.mem_total_kb / 2**20, 1),
+            "mem_available_gib": round(self.mem_available_kb / 2**20, 1),
+            "docker_version": self.docker_version,
+            "gpu": {
+                "name": self.gpu_name,
+                "driver": self.gpu_driver,
+                "count": self.gpu_count,
+            },
+            "netdev": {
+                "state": self.netdev_state,
+                "mtu": self.netdev_mtu,
+                "addresses": list(self.netdev_addresses),
+            },
+            "rdma_devices": list(self.rdma_devices),
+            "hf_cache_free_gib": None
+            if self.hf_cache_free_kb is None
+            else round(self.hf_cache_free_kb / 2**20, 1),
+        }
+
+
+def _int(v: str, default: int = 0) -> int:
+    try:
+        return int(v.strip())
+    except ValueError:
+        return default
+
+
+def _list(v: str) -> tuple[str, ...]:
+    return tuple(x for x in v.split(",") if x)
+
+
+def parse_facts(stdout: str) -> NodeFacts:
+    """Parse the facts command's output. Unknown keys are kept in `raw`; missing ones empty."""
+    kv: dict[str, str] = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            kv[key.strip()] = value.strip()
+    g = kv.get
+    free = g("hf_cache_free_kb", "")
+    return NodeFacts(
+        arch=g("arch", ""),
+        kernel=g("kernel", ""),
+        hostname=g("hostname", ""),
+        mem_total_kb=_int(g("mem_total_kb", "0")),
+        mem_available_kb=_int(g("mem_available_kb", "0")),
+        docker_version=g("docker_version", ""),
+        docker_api=g("docker_api", ""),
+        gpu_name=g("gpu_name", ""),
+        gpu_driver=g("gpu_driver", ""),
+        gpu_count=_int(g("gpu_count", "0")),
+        netdev_present=g("netdev_present") == "1",
+        netdev_state=g("netdev_state", ""),
+        netdev_mtu=_int(g("netdev_mtu", "0")),
+        netdev_addresses=_list(g("netdev_addresses", "")),
+        netdevs=_list(g("netdevs", "")),
+        rdma_devices=_list(g("rdma_devices", "")),
+        hf_cache_free_kb=_int(free) if free else None,
+        raw=kv,
+    )
+
+
+def _api_tuple(api: str) -> tuple[int, int]:
+    major, _, minor = api.partition(".")
+    return (_int(major), _int(minor))
+
+
+def check_facts(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> list[str]:
+    """Problems that stop the deployment on this node, each naming node and fact."""
+    n = node.name
+    link = node.cluster_link
+    out: list[str] = []
+    if facts.arch != cfg.image.arch:
+        out.append(
+            f"node {n}: arch is {facts.arch!r} but the image is built for {cfg.image.arch!r}; "
+            "fix: use an image for this architecture (image.arch) or the right node"
+        )
+    if not facts.docker_version:
+        out.append(
+            f"node {n}: docker is absent or its engine is not running for user "
+            f"{node.ssh.user!r}; fix: install Docker Engine, start it, and add the user to "
+            "the docker group"
+        )
+    elif _api_tuple(facts.docker_api) < MIN_DOCKER_API:
+        out.append(
+            f"node {n}: docker API {facts.docker_api} is older than "
+            f"{'.'.join(map(str, MIN_DOCKER_API))}; fix: upgrade Docker Engine to 20.10+"
+        )
+    if cfg.accelerator == "nvidia" and facts.gpu_count < node.gpus:
+        out.append(
+            f"node {n}: {facts.gpu_count} GPU(s) visible to nvidia-smi, config says "
+            f"{node.gpus}; fix: check the NVIDIA driver (nvidia-smi) or set nodes[].gpus"
+        )
+    if not facts.netdev_present:
+        present = ", ".join(facts.netdevs) or "none"
+        out.append(
+            f"node {n}: netdev {link.netdev!r} does not exist (present: {present}); fix: set "
+            "cluster_link.netdev to the interface holding the cluster address"
+        )
+    else:
+        if facts.netdev_state not in ("up", "unknown"):
+            out.append(
+                f"node {n}: netdev {link.netdev} is {facts.netdev_state!r}; fix: bring the "
+                f"link up (`ip link set {link.netdev} up`, check the cable)"
+            )
+        if str(link.address) not in facts.netdev_addresses:
+            held = ", ".join(facts.netdev_addresses) or "no IPv4 address"
+            out.append(
+                f"node {n}: netdev {link.netdev} holds {held}, not {link.address}; fix: set "
+                "cluster_link.address to the node's address on that interface"
+            )
+    if link.roce_hcas:
+        missing = [h for h in link.roce_hcas if h not in facts.rdma_devices]
+        if missing:
+            out.append(
+                f"node {n}: RoCE HCA(s) {', '.join(missing)} not found (present: "
+                f"{', '.join(facts.rdma_devices) or 'none'}); fix: correct "
+                "cluster_link.roce_hcas (see `ibdev2netdev`) or empty it to run without RDMA"
+            )
+    return out
+
+
+def warnings_for(node: NodeConfig, facts: NodeFacts) -> list[str]:
+    """Things worth a warning that do not stop the deployment."""
+    out = []
+    link = node.cluster_link
+    if facts.netdev_present and 0 < facts.netdev_mtu < link.expected_mtu:
+        out.append(
+            f"node {node.name}: netdev {link.netdev} MTU is {facts.netdev_mtu}, expected "
+            f"{link.expected_mtu}; NCCL bandwidth suffers without jumbo frames"
+        )
+    return out
+
+
+class PreflightError(Exception):
+    """A node's facts do not fit the config."""

@@ -1,0 +1,131 @@
+"""Workstation side: read the key files the config names, and write what `ssh` needs.
+
+The only local I/O of the program. pulumi-docker reaches a node through the workstation's
+`ssh` binary, which wants an identity FILE and a known_hosts FILE; both are written on
+every run (preview included), so a fresh CI runner can refresh an existing stack. Files
+are 0600 in a 0700 directory under ~/.cache/spark-vllm/<stack>/ (override with
+SPARKVLLM_STATE_DIR). The private key never leaves that file and Pulumi secrets.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkvllm.config import ConfigError, Issue, SshConfig, StackConfig
+from sparkvllm.specs.ssh import known_hosts
+
+
+@dataclass(frozen=True)
+class SshAccess:
+    """What the components need to reach the nodes. `private_key` is secret material."""
+
+    identity_file: str
+    known_hosts_file: str
+    host_keys: dict[str, str | None]
+    private_key: str = field(repr=False)
+
+
+def state_dir(stack: str) -> Path:
+    base = os.environ.get("SPARKVLLM_STATE_DIR") or str(Path.home() / ".cache" / "spark-vllm")
+    return Path(base) / stack
+
+
+def _read(path: str, base: Path, field_path: str, fix: str) -> str:
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else base / p
+    try:
+        return p.read_text()
+    except OSError as e:
+        raise ConfigError(
+            [
+                Issue(
+                    path=field_path,
+                    value=path,
+                    problem=f"cannot read {p}: {e.strerror}",
+                    fix=fix,
+                )
+            ]
+        ) from None
+
+
+def _host_key(ssh: SshConfig, base: Path, field_path: str) -> str | None:
+    if not ssh.verify_host_key:
+        return None
+    if ssh.host_key is not None:
+        return ssh.host_key
+    text = _read(
+        ssh.host_key_file or "",
+        base,
+        field_path,
+        "point host_key_file at the node's public host key (e.g. from ssh-keyscan)",
+    )
+    # `ssh-keyscan` lines start with the host; .pub files with the key type.
+    words = text.split()
+    for i, w in enumerate(words[:-1]):
+        if w.startswith(("ssh-", "ecdsa-")):
+            return f"{w} {words[i + 1]}"
+    raise ConfigError(
+        [
+            Issue(
+                path=field_path,
+                value=ssh.host_key_file,
+                problem="the file holds no SSH public key",
+                fix="write the `ssh-ed25519 AAAA...` host key into it",
+            )
+        ]
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+
+
+def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAccess:
+    """Resolve key files named in the config and write the files `ssh` needs."""
+    host_keys = {
+        n.name: _host_key(n.ssh, project_dir, f"nodes[{i}].ssh.host_key_file")
+        for i, n in enumerate(cfg.nodes)
+    }
+    d = state_dir(stack)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
+    if cfg.ssh_private_key is not None:
+        private_key = cfg.ssh_private_key.get_secret_value()
+        identity = d / "id"
+        _write_private(identity, private_key if private_key.endswith("\n") else private_key + "\n")
+    else:
+        keyfile = cfg.ssh_private_key_file or ""
+        private_key = _read(
+            keyfile,
+            project_dir,
+            "ssh_private_key_file",
+            "point it at a readable private key",
+        )
+        p = Path(keyfile).expanduser()
+        identity = p if p.is_absolute() else project_dir / p
+    if "PRIVATE KEY" not in private_key:
+        raise ConfigError(
+            [
+                Issue(
+                    path="ssh_private_key",
+                    value="[secret]",
+                    problem="does not look like an SSH private key (no PRIVATE KEY block)",
+                    fix="set it from the key file itself, e.g. "
+                    "`pulumi config set --secret ssh_private_key < ~/.ssh/id_ed25519`",
+                )
+            ]
+        )
+    kh = d / "known_hosts"
+    present = {k: v for k, v in host_keys.items() if v is not None}
+    _write_private(kh, known_hosts(cfg.nodes, present))
+    return SshAccess(
+        identity_file=str(identity),
+        known_hosts_file=str(kh),
+        host_keys=host_keys,
+        private_key=private_key,
+    )

@@ -1,0 +1,264 @@
+"""Stack config: every rule with its bad input, and the exact message shape
+`<field path> = <value>: <problem>. Fix: <fix>.`"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import (
+    ConfigError,
+    StackConfig,
+    load_stack_config,
+    parse_pulumi_config,
+)
+from tests.conftest import TEST_PRIVATE_KEY
+
+Raw = dict[str, Any]
+
+
+def _set(path: str, value: Any) -> Callable[[Raw], None]:
+    def apply(raw: Raw) -> None:
+        target: Any = raw
+        parts = re.findall(r"[^.\[\]]+", path)
+        for p in parts[:-1]:
+            target = target[int(p)] if p.isdigit() else target.setdefault(p, {})
+        last = parts[-1]
+        if value is _DELETE:
+            del target[int(last) if last.isdigit() else last]
+        elif last.isdigit():
+            target[int(last)] = value
+        else:
+            target[last] = value
+
+    return apply
+
+
+_DELETE = object()
+
+# (case id, mutation, field path in the message, words of the problem)
+BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
+    ("unknown top-level key", _set("nodez", []), "nodez", "Extra inputs are not permitted"),
+    (
+        "unknown node key",
+        _set("nodes[0].gpu", 1),
+        "nodes[0].gpu",
+        "Extra inputs are not permitted",
+    ),
+    ("missing nodes", _set("nodes", _DELETE), "nodes", "Field required"),
+    ("no nodes", _set("nodes", []), "nodes", "at least 1 item"),
+    ("bad node name", _set("nodes[0].name", "Spark_1"), "nodes[0].name", "lowercase"),
+    ("port out of range", _set("nodes[0].ssh.port", 70000), "nodes[0].ssh.port", "less than"),
+    ("port not a number", _set("nodes[1].ssh.port", "ssh"), "nodes[1].ssh.port", "integer"),
+    (
+        "host key garbage",
+        _set("nodes[0].ssh.host_key", "not a key"),
+        "nodes[0].ssh.host_key",
+        "not an SSH public host key",
+    ),
+    (
+        "host key missing while verifying",
+        _set("nodes[0].ssh.host_key", _DELETE),
+        "nodes[0].ssh",
+        "exactly one of host_key or host_key_file",
+    ),
+    (
+        "host key given but verification off",
+        _set("nodes[0].ssh.verify_host_key", False),
+        "nodes[0].ssh",
+        "verify_host_key is false but a host key is given",
+    ),
+    (
+        "cluster address not IPv4",
+        _set("nodes[1].cluster_link.address", "192.168.100"),
+        "nodes[1].cluster_link.address",
+        "IPv4",
+    ),
+    (
+        "netdev with a slash",
+        _set("nodes[0].cluster_link.netdev", "enp1/s0"),
+        "nodes[0].cluster_link.netdev",
+        "not a Linux interface name",
+    ),
+    (
+        "duplicate HCA",
+        _set("nodes[0].cluster_link.roce_hcas", ["rocep1s0f1", "rocep1s0f1"]),
+        "nodes[0].cluster_link.roce_hcas",
+        "listed twice",
+    ),
+    ("zero GPUs", _set("nodes[0].gpus", 0), "nodes[0].gpus", "greater than or equal to 1"),
+    (
+        "duplicate node name",
+        _set("nodes[1].name", "spark-1"),
+        "nodes[1].name",
+        "duplicate node name",
+    ),
+    (
+        "duplicate cluster address",
+        _set("nodes[1].cluster_link.address", "192.168.100.10"),
+        "nodes[1].cluster_link.address",
+        "already used by node 'spark-1'",
+    ),
+    (
+        "duplicate ssh endpoint",
+        _set("nodes[1].ssh.host", "10.1.230.180"),
+        "nodes[1].ssh.host",
+        "already node 'spark-1'",
+    ),
+    ("head not a node", _set("head", "spark-9"), "head", "not a node name"),
+    (
+        "TP x PP != GPUs",
+        _set("parallelism.tensor", 4),
+        "parallelism",
+        "tensor x pipeline = 4, but the nodes declare 2 GPU(s)",
+    ),
+    (
+        "memory utilization above unified-memory bound",
+        _set("vllm.gpu_memory_utilization", 0.95),
+        "vllm.gpu_memory_utilization",
+        "above 0.9",
+    ),
+    (
+        "memory utilization zero",
+        _set("vllm.gpu_memory_utilization", 0),
+        "vllm.gpu_memory_utilization",
+        "greater than 0",
+    ),
+    (
+        "extra arg repeats an owned flag",
+        _set("vllm.extra_args", ["--tensor-parallel-size=4"]),
+        "vllm.extra_args",
+        "parallelism.tensor owns",
+    ),
+    (
+        "auto tool choice without parser",
+        _set("vllm.tool_call_parser", _DELETE),
+        "vllm",
+        "enable_auto_tool_choice needs tool_call_parser",
+    ),
+    (
+        "bad kv cache dtype",
+        _set("vllm.kv_cache_dtype", "fp4"),
+        "vllm.kv_cache_dtype",
+        "Input should be",
+    ),
+    (
+        "per-node env overridden",
+        _set("vllm.env.NCCL_SOCKET_IFNAME", "eth0"),
+        "vllm.env.NCCL_SOCKET_IFNAME",
+        "set per node",
+    ),
+    ("ports collide", _set("ports.api", 6379), "ports", "ports must differ"),
+    (
+        "tarball without path",
+        _set("image.source", "tarball"),
+        "image",
+        "tarball is not an absolute path",
+    ),
+    (
+        "tarball path with pull",
+        _set("image.tarball", "/x.tar"),
+        "image",
+        "tarball is set but source is 'pull'",
+    ),
+    ("unknown image source", _set("image.source", "scp"), "image.source", "Input should be"),
+    ("relative HF cache", _set("model.hf_cache", "~/.cache/hf"), "model.hf_cache", "absolute"),
+    ("bad model id", _set("model.id", "qwen"), "model.id", "should match pattern"),
+    ("no ssh key", _set("ssh_private_key", _DELETE), "ssh_private_key", "exactly one of"),
+    (
+        "two ssh keys",
+        _set("ssh_private_key_file", "~/.ssh/id"),
+        "ssh_private_key",
+        "exactly one of",
+    ),
+    (
+        "ready timeout too short",
+        _set("timeouts.server_ready_s", 5),
+        "timeouts.server_ready_s",
+        "30",
+    ),
+]
+
+
+def test_the_spark_stack_file_is_valid(spark_raw: Raw) -> None:
+    cfg = load_stack_config(spark_raw)
+    assert cfg.head_node.name == "spark-1"
+    assert [n.name for n in cfg.worker_nodes] == ["spark-2"]
+    assert cfg.total_gpus == 2
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "problem"), [c[1:] for c in BAD_INPUTS], ids=[c[0] for c in BAD_INPUTS]
+)
+def test_bad_input_names_field_value_and_fix(
+    spark_raw: Raw, mutate: Callable[[Raw], None], path: str, problem: str
+) -> None:
+    raw = copy.deepcopy(spark_raw)
+    mutate(raw)
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(raw)
+    text = str(info.value)
+    assert text.startswith("stack config is invalid (")
+    assert "nothing was deployed" in text
+    lines = [line for line in text.splitlines() if line.startswith(f"  - {path} = ")]
+    assert lines, f"no line for {path!r} in:\n{text}"
+    line = lines[0]
+    assert problem in line
+    # Every line has the shape: path = value: problem. Fix: fix.
+    assert re.match(rf"  - {re.escape(path)} = .+: .+\. Fix: .+\.$", line), line
+
+
+def test_several_problems_are_reported_together(spark_raw: Raw) -> None:
+    raw = copy.deepcopy(spark_raw)
+    raw["head"] = "nope"
+    raw["nodes"][1]["cluster_link"]["address"] = "192.168.100.10"
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(raw)
+    assert {i.path for i in info.value.issues} == {"head", "nodes[1].cluster_link.address"}
+    assert "(2 problems)" in str(info.value)
+
+
+def test_secrets_never_appear_in_errors(spark_raw: Raw) -> None:
+    raw = copy.deepcopy(spark_raw)
+    raw["api_key"] = "sk-very-secret"
+    raw["parallelism"] = {"tensor": 3}
+    raw["bogus"] = 1
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(raw)
+    assert "sk-very-secret" not in str(info.value)
+    assert "TEST-ONLY-NOT-A-KEY" not in str(info.value)
+
+
+def test_a_secret_set_in_plain_text_is_refused() -> None:
+    values = {"spark-vllm:ssh_private_key": TEST_PRIVATE_KEY, "spark-vllm:head": "spark-1"}
+    with pytest.raises(ConfigError) as info:
+        parse_pulumi_config(values, secret_keys=[])
+    assert "ssh_private_key = '[secret]': set in plain text" in str(info.value)
+    assert "TEST-ONLY" not in str(info.value)
+
+
+def test_pulumi_config_strings_become_structured_values(spark_raw: Raw) -> None:
+    import json
+
+    values = {
+        f"spark-vllm:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in spark_raw.items()
+    }
+    values["other-project:thing"] = "ignored"
+    raw = parse_pulumi_config(values, secret_keys=["spark-vllm:ssh_private_key"])
+    assert raw["head"] == "spark-1"
+    assert raw["nodes"][0]["cluster_link"]["netdev"] == "enp1s0f1np1"
+    assert "thing" not in raw
+    assert isinstance(load_stack_config(raw), StackConfig)
+
+
+def test_verification_opt_out_is_explicit(spark_raw: Raw) -> None:
+    raw = copy.deepcopy(spark_raw)
+    ssh = raw["nodes"][1]["ssh"]
+    del ssh["host_key"]
+    ssh["verify_host_key"] = False
+    cfg = load_stack_config(raw)
+    assert cfg.nodes[1].ssh.verify_host_key is False

@@ -1,0 +1,225 @@
+"""Run the program under Pulumi's mock runtime (no CLI) and record every registration,
+with the resource options mocks normally hide: dependencies, parent, provider,
+delete-before-replace, timeouts, and which inputs are secret.
+
+Node answers are fixtures: what a healthy GB10 node prints for each command (pyinfra's
+"fake facts"), derived from the config, with hooks to make a node answer differently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime.mocks import MockMonitor
+
+from components.deployment import deploy
+from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.workstation import SshAccess
+
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    dependencies: set[str]
+    provider: str
+    delete_before_replace: bool
+    create_timeout: str
+    state: dict[str, Any]
+    wire: dict[str, Any]
+
+    def secret_input(self, key: str) -> bool:
+        """True when input `key` is, or holds, a value sent as a Pulumi secret."""
+
+        def has_secret(value: Any) -> bool:
+            if isinstance(value, dict):
+                return value.get(SIG_KEY) == SECRET_SIG or any(map(has_secret, value.values()))
+            if isinstance(value, list):
+                return any(map(has_secret, value))
+            return False
+
+        return has_secret(self.wire.get(key))
+
+    def plain(self, key: str) -> Any:
+        """Input `key` with any secret wrapper removed (what the provider would get)."""
+
+        def unwrap(value: Any) -> Any:
+            if isinstance(value, dict):
+                if value.get(SIG_KEY) == SECRET_SIG:
+                    return unwrap(value["value"])
+                return {k: unwrap(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [unwrap(v) for v in value]
+            return value
+
+        return unwrap(self.state.get(key))
+
+
+class RecordingMonitor(MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.registrations: dict[str, Registration] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        deps = set(request.dependencies)
+        for prop in request.propertyDependencies.values():
+            deps |= set(prop.urns)
+        self.registrations[response.urn] = Registration(
+            urn=response.urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent,
+            dependencies=deps,
+            provider=request.provider,
+            delete_before_replace=request.deleteBeforeReplace,
+            create_timeout=request.customTimeouts.create,
+            state=self.resources[response.urn].state,
+            wire=json_format.MessageToDict(request.object),
+        )
+        return response
+
+
+def healthy_facts(cfg: StackConfig, node: NodeConfig) -> str:
+    link = node.cluster_link
+    arch = cfg.image.arch
+    return "\n".join(
+        [
+            f"arch={arch}",
+            "kernel=6.11.0-1016-nvidia",
+            f"hostname={node.name}",
+            "mem_total_kb=128452096",
+            "mem_available_kb=119537664",
+            "docker_version=28.3.3",
+            "docker_api=1.51",
+            "gpu_name=NVIDIA GB10",
+            "gpu_driver=580.95.05",
+            f"gpu_count={node.gpus}",
+            "netdev_present=1",
+            "netdev_state=up",
+            "netdev_mtu=9000",
+            f"netdev_addresses={link.address}",
+            f"netdevs=lo,enP7s7,{link.netdev}",
+            f"rdma_devices={','.join(link.roce_hcas)}",
+            "hf_cache_free_kb=2936012800",
+        ]
+    )
+
+
+@dataclass
+class NodeAnswers(pulumi.runtime.Mocks):
+    """What each remote command prints, by resource name. Override any entry."""
+
+    cfg: StackConfig
+    overrides: dict[str, str] = field(default_factory=dict)
+    fingerprint: Callable[[str], str] = lambda node: "f" * 64
+
+    def stdout_for(self, name: str) -> str:
+        if name in self.overrides:
+            return self.overrides[name]
+        cfg = self.cfg
+        for n in cfg.nodes:
+            if name == f"{n.name}-facts":
+                return healthy_facts(cfg, n)
+            if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
+                fp = self.fingerprint(n.name)
+                return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
+        if name == "model-server-ray-ready":
+            nodes = [
+                {"ip": str(n.cluster_link.address), "hostname": n.name, "gpus": float(n.gpus)}
+                for n in cfg.nodes
+            ]
+            return json.dumps(
+                {
+                    "alive": len(nodes),
+                    "gpus": float(cfg.total_gpus),
+                    "nodes": nodes,
+                    "missing": [],
+                    "unexpected": [],
+                    "complete": True,
+                    "ray_version": "2.60.0",
+                }
+            )
+        if name == "model-server-health":
+            return json.dumps(
+                {
+                    "health_status": 200,
+                    "ready": True,
+                    "models": [cfg.model.name_for_clients],
+                    "vllm_version": "0.17.1",
+                    "metrics": {"vllm:generation_tokens_total": 8.0},
+                    "smoke": {"status": 200, "ok": True, "text": "ready"},
+                }
+            )
+        return ""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        outputs = dict(args.inputs)
+        if args.typ == "command:remote:Command":
+            outputs["stdout"] = self.stdout_for(args.name)
+            outputs["stderr"] = ""
+        elif args.typ == "docker:index/remoteImage:RemoteImage":
+            node = args.name.removeprefix("image-")
+            outputs["image_id"] = "sha256:" + self.fingerprint(node)
+            outputs["imageId"] = outputs["image_id"]
+        digest = hashlib.sha256(args.name.encode()).hexdigest()[:12]
+        return f"{args.name}-{digest}", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
+        return {}, []
+
+
+@dataclass
+class Run:
+    outputs: dict[str, Any]
+    registrations: dict[str, Registration]
+
+    def by_name(self, name: str) -> Registration:
+        return next(r for r in self.registrations.values() if r.name == name)
+
+    def of_type(self, typ: str) -> list[Registration]:
+        return [r for r in self.registrations.values() if r.type == typ]
+
+    def closure(self, urn: str) -> set[str]:
+        """Every URN `urn` transitively depends on (component deps expand to children)."""
+        seen: set[str] = set()
+        todo = [urn]
+        while todo:
+            for dep in self.registrations[todo.pop()].dependencies:
+                if dep not in seen and dep in self.registrations:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    def depends(self, later: str, earlier: str) -> bool:
+        return self.by_name(earlier).urn in self.closure(self.by_name(later).urn)
+
+
+def run_program(cfg: StackConfig, access: SshAccess, answers: NodeAnswers | None = None) -> Run:
+    answers = answers or NodeAnswers(cfg)
+    monitor = RecordingMonitor(answers)
+    pulumi.runtime.set_mocks(
+        answers, project="spark-vllm", stack="test", preview=False, monitor=monitor
+    )
+    resolved: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        outputs = deploy(cfg, "test", access)
+        return pulumi.Output.from_input(outputs).apply(resolved.update)
+
+    program()
+    return Run(outputs=resolved, registrations=monitor.registrations)

@@ -1,0 +1,301 @@
+"""The graph under Pulumi's mock runtime: dependencies, parenting, providers, secrets,
+outputs, and the rendered container and command inputs, for 2 and 4 nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.workstation import prepare_ssh_access
+from tests.conftest import ROOT, TEST_API_KEY, TEST_PRIVATE_KEY
+from tests.pulumi_mocks import NodeAnswers, Run, run_program
+
+CONTAINER = "docker:index/container:Container"
+COMMAND = "command:remote:Command"
+REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+
+
+def deployed(raw: dict[str, Any], answers: NodeAnswers | None = None) -> tuple[StackConfig, Run]:
+    cfg = load_stack_config(raw)
+    access = prepare_ssh_access(cfg, "test", ROOT)
+    return cfg, run_program(cfg, access, answers)
+
+
+def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
+    """(later, earlier): every arrow of the design's graph, by resource name."""
+    head = cfg.head
+    arrows = [
+        (f"image-obtain-{head}", f"{head}-facts"),
+        (f"image-{head}", f"image-obtain-{head}"),
+        ("ray-head-container", f"image-{head}"),
+        ("ray-head-container", f"{head}-facts"),
+        ("model-server-ray-ready", "ray-head-container"),
+        ("model-server-container", "model-server-ray-ready"),
+        ("model-server-container", f"image-{head}"),
+        ("model-server-health", "model-server-container"),
+    ]
+    for n in cfg.worker_nodes:
+        w = n.name
+        arrows += [
+            (f"image-sync-{w}", f"image-obtain-{head}"),
+            (f"image-sync-{w}", f"{w}-facts"),
+            (f"image-{w}", f"image-sync-{w}"),
+            (f"ray-worker-{w}-container", f"image-{w}"),
+            (f"ray-worker-{w}-container", f"{w}-facts"),
+            (f"ray-worker-{w}-container", "ray-head-container"),
+            ("model-server-ray-ready", f"ray-worker-{w}-container"),
+        ]
+    return arrows
+
+
+def missing_arrows(cfg: StackConfig, run: Run) -> list[tuple[str, str]]:
+    return [(a, b) for a, b in expected_arrows(cfg) if not run.depends(a, b)]
+
+
+@pytest.fixture(params=[2, 4], ids=["2-nodes", "4-nodes"])
+def raw(request: pytest.FixtureRequest, spark_raw: dict[str, Any]) -> dict[str, Any]:
+    from tests.conftest import four_node_raw
+
+    return spark_raw if request.param == 2 else four_node_raw(spark_raw)
+
+
+def test_every_arrow_of_the_graph_is_a_real_dependency(raw: dict[str, Any]) -> None:
+    cfg, run = deployed(raw)
+    assert missing_arrows(cfg, run) == []
+    # The wiring is not accidental: nothing on the head waits for what it doesn't need.
+    assert not run.depends("ray-head-container", f"image-{cfg.worker_nodes[0].name}")
+
+
+@pytest.mark.parametrize(
+    "drop",
+    # Resources whose explicit depends_on carries an arrow no other path implies.
+    [
+        "ray-worker-spark-2-container",
+        "model-server-container",
+        "image-obtain-spark-1",
+        "image-sync-spark-2",
+    ],
+)
+def test_dropping_a_dependency_is_caught(
+    spark_raw: dict[str, Any], drop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The arrow check can fail: strip one resource's depends_on and it reports it."""
+    import components.adapters as adapters
+
+    for fn_name in ("container", "remote_command"):
+        original = getattr(adapters, fn_name)
+
+        def stripped(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if kwargs["resource_name"] == drop:
+                kwargs["depends_on"] = []
+            return _original(*args, **kwargs)
+
+        for module in (
+            "components.ray_head",
+            "components.ray_worker",
+            "components.model_server",
+            "components.synced_image",
+        ):
+            if hasattr(__import__(module, fromlist=[fn_name]), fn_name):
+                monkeypatch.setattr(f"{module}.{fn_name}", stripped)
+    cfg, run = deployed(spark_raw)
+    assert any(later == drop for later, _ in missing_arrows(cfg, run))
+
+
+def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> None:
+    _, run = deployed(spark_raw)
+    components = {
+        r.urn: r.type for r in run.registrations.values() if r.type.startswith("sparkvllm:")
+    }
+    assert set(components.values()) == {
+        "sparkvllm:index:GB10Node",
+        "sparkvllm:index:SyncedImage",
+        "sparkvllm:index:RayHead",
+        "sparkvllm:index:RayWorker",
+        "sparkvllm:index:ModelServer",
+    }
+    expected_parent = {
+        CONTAINER: {
+            "sparkvllm:index:RayHead",
+            "sparkvllm:index:RayWorker",
+            "sparkvllm:index:ModelServer",
+        },
+        COMMAND: {
+            "sparkvllm:index:GB10Node",
+            "sparkvllm:index:SyncedImage",
+            "sparkvllm:index:ModelServer",
+        },
+        REMOTE_IMAGE: {"sparkvllm:index:SyncedImage"},
+        "pulumi:providers:docker": {"sparkvllm:index:GB10Node"},
+    }
+    for r in run.registrations.values():
+        if r.type in expected_parent:
+            assert components.get(r.parent) in expected_parent[r.type], r.name
+            # Children are named after their component's resource (name prefix).
+            parent_name = run.registrations[r.parent].name
+            assert r.name.startswith(parent_name), (r.name, parent_name)
+
+
+def test_containers_and_images_use_their_own_nodes_docker(raw: dict[str, Any]) -> None:
+    cfg, run = deployed(raw)
+    for r in run.of_type(CONTAINER) + run.of_type(REMOTE_IMAGE):
+        if r.type == CONTAINER:
+            node = {lb["label"]: lb["value"] for lb in r.state["labels"]}["ai.sparkvllm.node"]
+        else:
+            node = r.name.removeprefix("image-")
+        provider_urn = r.provider.rsplit("::", 1)[0]
+        assert provider_urn.endswith(f"::{node}-docker"), (r.name, r.provider)
+    providers = {r.name: r.state for r in run.of_type("pulumi:providers:docker")}
+    for n in cfg.nodes:
+        p = providers[f"{n.name}-docker"]
+        assert p["host"] == f"ssh://{n.ssh.user}@{n.ssh.host}:22"
+        assert "StrictHostKeyChecking=yes" in p["sshOpts"]
+
+
+def test_fixed_name_containers_are_deleted_before_replacement(spark_raw: dict[str, Any]) -> None:
+    _, run = deployed(spark_raw)
+    for r in run.of_type(CONTAINER):
+        assert r.delete_before_replace, r.name
+
+
+def test_long_waits_have_bounded_timeouts(spark_raw: dict[str, Any]) -> None:
+    cfg, run = deployed(spark_raw)
+    health = run.by_name("model-server-health")
+    assert health.create_timeout == f"{cfg.timeouts.server_ready_s + 300}s"
+    assert f"deadline=$((SECONDS + {cfg.timeouts.server_ready_s}))" in health.state["create"]
+    ray_ready = run.by_name("model-server-ray-ready")
+    assert f"deadline=$((SECONDS + {cfg.timeouts.ray_ready_s}))" in ray_ready.state["create"]
+
+
+def _env(r: Any) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in r.plain("envs"))
+
+
+def test_every_node_gets_its_own_network_env(raw: dict[str, Any]) -> None:
+    cfg, run = deployed(raw)
+    for n in cfg.nodes:
+        name = "ray-head-container" if n.name == cfg.head else f"ray-worker-{n.name}-container"
+        env = _env(run.by_name(name))
+        ip = str(n.cluster_link.address)
+        assert env["VLLM_HOST_IP"] == env["RAY_OVERRIDE_NODE_IP_ADDRESS"] == ip
+        for var in (
+            "NCCL_SOCKET_IFNAME",
+            "GLOO_SOCKET_IFNAME",
+            "TP_SOCKET_IFNAME",
+            "UCX_NET_DEVICES",
+        ):
+            assert env[var] == n.cluster_link.netdev, (n.name, var)
+        assert env["NCCL_IB_HCA"] == ",".join(n.cluster_link.roce_hcas)
+        assert env["RAY_memory_monitor_refresh_ms"] == "0"
+        cmd = run.by_name(name).state["command"]
+        assert f"--node-ip-address={ip}" in cmd
+    # The server (the Ray driver) tells vLLM not to copy these head values to workers.
+    server = run.by_name("model-server-container")
+    script = server.state["command"][0]
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP", "NCCL_IB_HCA"):
+        assert f'"{var}"' in script.split("ray_non_carry_over_env_vars.json")[0]
+
+
+def test_containers_carry_what_a_gb10_cluster_needs(spark_raw: dict[str, Any]) -> None:
+    cfg, run = deployed(spark_raw)
+    for r in run.of_type(CONTAINER):
+        s = r.state
+        assert s["networkMode"] == "host" and s["ipcMode"] == "host"
+        assert s["gpus"] == "all"
+        assert s["devices"] == [
+            {
+                "hostPath": "/dev/infiniband",
+                "containerPath": "/dev/infiniband",
+                "permissions": "rwm",
+            }
+        ]
+        assert s["ulimits"] == [{"name": "memlock", "soft": -1, "hard": -1}]
+        assert s["capabilities"] == {"adds": ["IPC_LOCK"]}
+        assert {
+            "hostPath": cfg.model.hf_cache,
+            "containerPath": "/root/.cache/huggingface",
+            "readOnly": False,
+        } in s["volumes"]
+        assert s["mustRun"] is True
+    server = run.by_name("model-server-container").state
+    assert server["pidMode"] == "host"  # the driver finds the raylet (Ray's session dir too)
+    assert "--tensor-parallel-size=2" in server["command"][0]
+    assert "--distributed-executor-backend=ray" in server["command"][0]
+
+
+def test_without_rdma_no_devices_and_ib_disabled(spark_raw: dict[str, Any]) -> None:
+    for n in spark_raw["nodes"]:
+        n["cluster_link"]["roce_hcas"] = []
+    _, run = deployed(spark_raw)
+    for r in run.of_type(CONTAINER):
+        assert r.state.get("devices") in (None, [])
+        assert _env(r)["NCCL_IB_DISABLE"] == "1"
+        assert "NCCL_IB_HCA" not in _env(r)
+
+
+def test_secrets_stay_secret(spark_raw: dict[str, Any]) -> None:
+    spark_raw["api_key"] = TEST_API_KEY
+    _, run = deployed(spark_raw)
+    dumped = json.dumps(run.outputs, default=str)
+    assert TEST_PRIVATE_KEY.splitlines()[1] not in dumped
+    assert TEST_API_KEY not in dumped
+    for r in run.of_type(COMMAND):
+        assert r.secret_input("connection"), r.name  # holds the private key
+        assert TEST_PRIVATE_KEY.splitlines()[1] not in r.state["create"]
+    for name in ("image-sync-spark-2",):
+        assert run.by_name(name).secret_input("stdin")
+    server = run.by_name("model-server-container")
+    assert server.secret_input("envs")
+    assert f"VLLM_API_KEY={TEST_API_KEY}" in server.plain("envs")
+    assert "--api-key" not in json.dumps(server.state["command"])
+    for r in run.of_type(CONTAINER):
+        if r.name != "model-server-container":
+            assert not any(TEST_API_KEY in e for e in r.plain("envs"))
+
+
+def test_outputs_endpoint_health_and_operator_facts(raw: dict[str, Any]) -> None:
+    cfg, run = deployed(raw)
+    out = run.outputs
+    assert out["endpoint"] == "http://10.1.230.180:8000/v1"
+    assert out["health"]["ready"] is True
+    assert out["health"]["models"] == ["qwen3.5-122b"]
+    assert out["health"]["ray"]["nodes"] == len(cfg.nodes)
+    assert out["health"]["ray"]["gpus"] == cfg.total_gpus
+    assert out["ray_dashboard"] == "http://10.1.230.180:8265"
+    assert set(out["nodes"]) == {n.name for n in cfg.nodes}
+    assert out["nodes"]["spark-1"]["gpu"]["name"] == "NVIDIA GB10"
+    assert out["image"]["fingerprint"] == "f" * 64
+
+
+def test_preflight_mismatch_stops_the_deployment(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(cfg)
+    answers.overrides["spark-2-facts"] = answers.stdout_for("spark-2-facts").replace(
+        "arch=aarch64", "arch=x86_64"
+    )
+    with pytest.raises(Exception, match=r"node spark-2: arch is 'x86_64'"):
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+
+
+def test_differing_images_across_nodes_fail(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(cfg, fingerprint=lambda node: ("a" if node == "spark-1" else "b") * 64)
+    with pytest.raises(
+        Exception, match="image differs across nodes: spark-1=aaaaaaaaaaaa, spark-2=bbbbbbbbbbbb"
+    ):
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+
+
+def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: Path) -> None:
+    cfg = load_stack_config(spark_raw)
+    access = prepare_ssh_access(cfg, "test", ROOT)
+    ident = Path(access.identity_file)
+    assert ident.read_text() == TEST_PRIVATE_KEY
+    assert ident.stat().st_mode & 0o777 == 0o600
+    kh = Path(access.known_hosts_file).read_text().splitlines()
+    assert kh[0].startswith("10.1.230.180 ssh-ed25519 AAAA")
+    assert len(kh) == 2

@@ -43,8 +43,8 @@ def remote_command(
     return command.remote.Command(
         resource_name,
         connection=connection,
-        create=spec.create,
-        delete=spec.delete,
+        create=spec.shell_command,
+        delete=spec.shell_delete,
         stdin=stdin,
         triggers=list(triggers) if triggers is not None else None,
         # stdout may echo what a node said; never a secret (secrets go in via stdin only).

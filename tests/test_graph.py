@@ -167,6 +167,7 @@ def test_long_waits_have_bounded_timeouts(spark_raw: dict[str, Any]) -> None:
     health = run.by_name("model-server-health")
     assert health.create_timeout == f"{cfg.timeouts.server_ready_s + 300}s"
     assert f"deadline=$((SECONDS + {cfg.timeouts.server_ready_s}))" in health.state["create"]
+    assert health.state["create"].startswith("bash -c ")
     ray_ready = run.by_name("model-server-ray-ready")
     assert f"deadline=$((SECONDS + {cfg.timeouts.ray_ready_s}))" in ray_ready.state["create"]
 

@@ -33,6 +33,16 @@ class CommandSpec:
     stdin_secret: Literal["ssh_private_key"] | None = None
     timeout_s: int = 300
 
+    @property
+    def shell_command(self) -> str:
+        """`create` as the node runs it: under bash whatever the user's login shell is
+        (pulumi-command hands the string to the login shell)."""
+        return f"bash -c {shlex.quote(self.create)}"
+
+    @property
+    def shell_delete(self) -> str | None:
+        return f"bash -c {shlex.quote(self.delete)}" if self.delete else None
+
 
 # Identity of an image independent of the storage driver: the content of its layers and
 # the config that decides what runs. `.Id` differs between graph drivers and the

@@ -1,0 +1,35 @@
+"""The committed JSON Schema is current, and the stack files validate against it."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from sparkvllm.schema import SCHEMA_FILE, render
+from tests.conftest import ROOT
+
+
+def test_committed_schema_is_current() -> None:
+    assert SCHEMA_FILE.read_text() == render(), "run: python -m sparkvllm.schema"
+
+
+@pytest.mark.parametrize("stack", ["spark", "sim"])
+def test_stack_file_validates(stack: str) -> None:
+    path = ROOT / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        pytest.skip(f"{path.name} not present")
+    jsonschema.validate(yaml.safe_load(path.read_text()), json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_schema_rejects_unknown_keys() -> None:
+    doc = yaml.safe_load((ROOT / "Pulumi.spark.yaml").read_text())
+    doc["config"]["spark-vllm:nodez"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+    doc = yaml.safe_load((ROOT / "Pulumi.spark.yaml").read_text())
+    doc["config"]["spark-vllm:nodes"][0]["ssh"]["hostname"] = "x"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))

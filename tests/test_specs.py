@@ -1,0 +1,301 @@
+"""Specs: pure functions from config (and facts) to commands and container specs.
+
+Table-driven, pyinfra style: config + fake facts -> exact problems / commands."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shlex
+import subprocess
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.probes import ray_members
+from sparkvllm.specs import commands, containers
+from sparkvllm.specs.environment import NON_CARRY_OVER, node_env
+from sparkvllm.specs.facts import check_facts, facts_command, parse_facts, warnings_for
+from sparkvllm.specs.health import health_report, last_json
+from tests.conftest import four_node_raw
+from tests.pulumi_mocks import healthy_facts
+
+
+@pytest.fixture
+def cfg(spark_raw: dict[str, Any]) -> StackConfig:
+    return load_stack_config(spark_raw)
+
+
+# --- facts ------------------------------------------------------------------------------
+
+FACT_CASES = [
+    ("healthy", {}, []),
+    (
+        "wrong arch",
+        {"arch": "x86_64"},
+        ["node spark-2: arch is 'x86_64' but the image is built for 'aarch64'"],
+    ),
+    (
+        "no docker",
+        {"docker_version": "", "docker_api": ""},
+        ["node spark-2: docker is absent or its engine is not running"],
+    ),
+    ("old docker", {"docker_api": "1.40"}, ["node spark-2: docker API 1.40 is older than 1.41"]),
+    ("no gpu", {"gpu_count": "0"}, ["node spark-2: 0 GPU(s) visible to nvidia-smi, config says 1"]),
+    (
+        "missing netdev",
+        {"netdev_present": "0", "netdev_addresses": "", "netdevs": "lo,enP7s7"},
+        ["node spark-2: netdev 'enp1s0f1np1' does not exist (present: lo, enP7s7)"],
+    ),
+    ("netdev down", {"netdev_state": "down"}, ["node spark-2: netdev enp1s0f1np1 is 'down'"]),
+    (
+        "wrong address",
+        {"netdev_addresses": "169.254.3.4"},
+        ["node spark-2: netdev enp1s0f1np1 holds 169.254.3.4, not 192.168.100.11"],
+    ),
+    (
+        "missing HCA",
+        {"rdma_devices": "rocep1s0f1"},
+        ["node spark-2: RoCE HCA(s) roceP2p1s0f1 not found (present: rocep1s0f1)"],
+    ),
+]
+
+
+def _facts_text(cfg: StackConfig, node_index: int, changes: dict[str, str]) -> str:
+    lines = healthy_facts(cfg, cfg.nodes[node_index]).splitlines()
+    kv = dict(line.split("=", 1) for line in lines)
+    kv.update(changes)
+    return "\n".join(f"{k}={v}" for k, v in kv.items())
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"), [c[1:] for c in FACT_CASES], ids=[c[0] for c in FACT_CASES]
+)
+def test_fact_checks(cfg: StackConfig, changes: dict[str, str], expected: list[str]) -> None:
+    facts = parse_facts(_facts_text(cfg, 1, changes))
+    problems = check_facts(cfg, cfg.nodes[1], facts)
+    assert len(problems) == len(expected)
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start), problem
+        assert "; fix: " in problem
+
+
+def test_simulated_accelerator_needs_no_nvidia_smi(spark_raw: dict[str, Any]) -> None:
+    spark_raw["accelerator"] = "simulated"
+    cfg = load_stack_config(spark_raw)
+    facts = parse_facts(_facts_text(cfg, 0, {"gpu_count": "0", "gpu_name": ""}))
+    assert check_facts(cfg, cfg.nodes[0], facts) == []
+
+
+def test_low_mtu_is_a_warning_not_an_error(cfg: StackConfig) -> None:
+    facts = parse_facts(_facts_text(cfg, 0, {"netdev_mtu": "1500"}))
+    assert check_facts(cfg, cfg.nodes[0], facts) == []
+    assert warnings_for(cfg.nodes[0], facts) == [
+        "node spark-1: netdev enp1s0f1np1 MTU is 1500, expected 9000; NCCL bandwidth suffers "
+        "without jumbo frames"
+    ]
+
+
+def test_facts_command_runs_here_and_parses(cfg: StackConfig) -> None:
+    """The real script on this machine: it must never fail for a missing tool or netdev."""
+    out = subprocess.run(
+        ["bash", "-c", facts_command(cfg, cfg.nodes[0])], capture_output=True, text=True, check=True
+    )
+    facts = parse_facts(out.stdout)
+    assert (
+        facts.arch == subprocess.run(["uname", "-m"], capture_output=True, text=True).stdout.strip()
+    )
+    assert facts.mem_total_kb > 0
+    assert "lo" in facts.netdevs
+    assert facts.netdev_present is False  # no enp1s0f1np1 here
+
+
+# --- environment and containers -----------------------------------------------------------
+
+
+def test_four_nodes_each_keep_their_own_values(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(four_node_raw(spark_raw))
+    envs = [node_env(cfg, n) for n in cfg.nodes]
+    assert [e["VLLM_HOST_IP"] for e in envs] == [f"192.168.100.{10 + i}" for i in range(4)]
+    assert [e["NCCL_SOCKET_IFNAME"] for e in envs] == [f"enp1s0f{i % 2}np{i}" for i in range(4)]
+    workers = [containers.ray_worker(cfg, "s", n) for n in cfg.worker_nodes]
+    assert [w.env["GLOO_SOCKET_IFNAME"] for w in workers] == [
+        "enp1s0f1np1",
+        "enp1s0f0np2",
+        "enp1s0f1np3",
+    ]
+    assert all("--address=192.168.100.10:6379" in w.command for w in workers)
+    # Every per-node variable is on vLLM's do-not-copy list.
+    per_node = {k for k in envs[0] if envs[0][k] != envs[1][k]}
+    assert per_node <= set(NON_CARRY_OVER)
+
+
+def test_serve_args_follow_the_typed_options(cfg: StackConfig) -> None:
+    args = containers.vllm_serve_args(cfg)
+    assert args[:3] == ["vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8"]
+    assert '--speculative-config={"method":"mtp","num_speculative_tokens":1}' in args
+    assert "--kv-cache-dtype=fp8" in args and "--enable-prefix-caching" in args
+    assert not any(a.startswith("--api-key") for a in args)
+
+
+def test_server_entrypoint_writes_non_carry_list_then_execs_serve(cfg: StackConfig) -> None:
+    spec = containers.model_server(cfg, "spark")
+    assert spec.entrypoint == ("bash", "-c")
+    script = spec.command[0]
+    written, _, rest = script.partition(" && exec ")
+    assert shlex.split(rest) == containers.vllm_serve_args(cfg)
+    payload = shlex.split(written.split("printf '%s' ", 1)[1])[0]
+    assert json.loads(payload) == list(NON_CARRY_OVER)
+    assert spec.env["RAY_ADDRESS"] == "192.168.100.10:6379"
+    assert spec.pid_mode == "host"
+
+
+def test_api_key_is_a_named_secret_never_a_value(spark_raw: dict[str, Any]) -> None:
+    spark_raw["api_key"] = "sk-x"
+    spec = containers.model_server(load_stack_config(spark_raw), "spark")
+    assert spec.secret_env == ("VLLM_API_KEY",)
+    assert "sk-x" not in json.dumps(spec.env) + " ".join(spec.command)
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def _all_commands(cfg: StackConfig) -> list[commands.CommandSpec]:
+    return [
+        commands.image_obtain(cfg),
+        *(commands.image_sync(cfg, n, n.ssh.host_key) for n in cfg.worker_nodes),
+        commands.ray_ready(cfg, "spark"),
+        commands.server_ready(cfg, "spark"),
+    ]
+
+
+def test_every_command_is_valid_bash(cfg: StackConfig) -> None:
+    for spec in _all_commands(cfg) + [
+        commands.CommandSpec("f", "n", facts_command(cfg, cfg.nodes[0]))
+    ]:
+        subprocess.run(["bash", "-n", "-c", spec.create], check=True)
+
+
+@pytest.mark.parametrize(
+    ("image", "expect"),
+    [
+        ({"ref": "r:1", "source": "pull"}, "docker pull r:1"),
+        ({"ref": "r:1", "source": "tarball", "tarball": "/img/r.tar"}, "docker load -i /img/r.tar"),
+        ({"ref": "r:1", "source": "present"}, "is not present on spark-1"),
+    ],
+)
+def test_obtain_only_when_absent(
+    spark_raw: dict[str, Any], image: dict[str, Any], expect: str
+) -> None:
+    spark_raw["image"] = image
+    create = commands.image_obtain(load_stack_config(spark_raw)).create
+    guard, _, rest = create.partition("if ! docker image inspect r:1 >/dev/null 2>&1; then\n")
+    assert expect in rest.split("\nfi\n")[0]
+    assert "echo fingerprint=" in rest
+
+
+def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackConfig) -> None:
+    target = cfg.nodes[1]
+    spec = commands.image_sync(cfg, target, target.ssh.host_key)
+    assert spec.node == "spark-1" and spec.stdin_secret == "ssh_private_key"
+    assert "aurora@192.168.100.11" in spec.create  # the cluster address, not the LAN
+    assert "StrictHostKeyChecking=yes" in spec.create
+    assert "192.168.100.11 ssh-ed25519 AAAA" in spec.create
+    assert "docker save hellohal2064/vllm-qwen3.5-gb10:latest | remote docker load" in spec.create
+    assert 'if [ "$src" != "$dst" ]; then' in spec.create  # equal fingerprints: no transfer
+    assert "PRIVATE KEY" not in spec.create
+
+
+def test_sync_without_host_key_verification_is_explicit(cfg: StackConfig) -> None:
+    spec = commands.image_sync(cfg, cfg.nodes[1], None)
+    assert "StrictHostKeyChecking=no" in spec.create
+
+
+def test_fingerprint_script_is_storage_independent_and_empty_when_absent() -> None:
+    script = commands.fingerprint_script("img:1")
+    assert ".RootFS.Layers" in script and ".Id" not in script
+    # Absent image (no docker here either): prints nothing, so "absent" never matches.
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert out.stdout == ""
+
+
+def test_waits_are_bounded_and_expect_every_node(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(four_node_raw(spark_raw))
+    spec = commands.ray_ready(cfg, "spark")
+    assert "192.168.100.10,192.168.100.11,192.168.100.12,192.168.100.13 4" in spec.create
+    assert spec.stdin is not None and "def summarize" in spec.stdin
+    assert spec.timeout_s > cfg.timeouts.ray_ready_s
+
+
+# --- probes and health --------------------------------------------------------------------
+
+
+def _ray_node(ip: str, gpus: float, alive: bool = True) -> dict[str, Any]:
+    return {
+        "Alive": alive,
+        "NodeManagerAddress": ip,
+        "NodeManagerHostname": ip,
+        "Resources": {"GPU": gpus},
+    }
+
+
+@pytest.mark.parametrize(
+    ("nodes", "complete", "missing", "unexpected"),
+    [
+        ([_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 1)], True, [], []),
+        ([_ray_node("10.0.0.1", 1)], False, ["10.0.0.2"], []),
+        (
+            [_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 1, alive=False)],
+            False,
+            ["10.0.0.2"],
+            [],
+        ),
+        # The placement-group hang: a node joined under its LAN address.
+        (
+            [_ray_node("10.0.0.1", 1), _ray_node("172.16.0.9", 1)],
+            False,
+            ["10.0.0.2"],
+            ["172.16.0.9"],
+        ),
+        ([_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 0)], False, [], []),
+    ],
+)
+def test_ray_membership(
+    nodes: list[dict[str, Any]], complete: bool, missing: list[str], unexpected: list[str]
+) -> None:
+    report = ray_members.summarize(nodes, ["10.0.0.1", "10.0.0.2"], 2)
+    assert (report["complete"], report["missing"], report["unexpected"]) == (
+        complete,
+        missing,
+        unexpected,
+    )
+
+
+def test_health_report_needs_the_served_model_and_a_smoke_answer() -> None:
+    ray_out = "progress line\n" + json.dumps(
+        {"alive": 2, "gpus": 2.0, "nodes": [{"ip": "b"}, {"ip": "a"}]}
+    )
+    good = {
+        "ready": True,
+        "models": ["m"],
+        "vllm_version": "0.17.1",
+        "smoke": {"ok": True, "text": "hi"},
+    }
+    assert health_report(ray_out, json.dumps(good), "m")["ready"] is True
+    assert health_report(ray_out, json.dumps(good), "other")["ready"] is False
+    bad_smoke = copy.deepcopy(good)
+    bad_smoke["smoke"]["ok"] = False
+    assert health_report(ray_out, json.dumps(bad_smoke), "m")["ready"] is False
+    report = health_report(ray_out, "", "m")
+    assert report["ready"] is False and report["ray"] == {
+        "nodes": 2,
+        "gpus": 2.0,
+        "node_ips": ["a", "b"],
+        "ray_version": "",
+    }
+
+
+def test_last_json_skips_progress_lines() -> None:
+    assert last_json('waiting\n{"a": 1}\nnot json {\n') == {"a": 1}
+    assert last_json("") == {}

@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -24,7 +24,7 @@ vllm:other 7
 class StandIn(BaseHTTPRequestHandler):
     health = 200
     require_key: str | None = None
-    seen_auth: list[str | None] = []
+    seen_auth: ClassVar[list[str | None]] = []
 
     def log_message(self, *args: Any) -> None:
         pass

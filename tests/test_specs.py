@@ -92,8 +92,10 @@ def test_low_mtu_is_a_warning_not_an_error(cfg: StackConfig) -> None:
     facts = parse_facts(_facts_text(cfg, 0, {"netdev_mtu": "1500"}))
     assert check_facts(cfg, cfg.nodes[0], facts) == []
     assert warnings_for(cfg.nodes[0], facts) == [
-        "node spark-1: netdev enp1s0f1np1 MTU is 1500, expected 9000; NCCL bandwidth suffers "
-        "without jumbo frames"
+        (
+            "node spark-1: netdev enp1s0f1np1 MTU is 1500, expected 9000; NCCL bandwidth suffers "
+            "without jumbo frames"
+        )
     ]
 
 
@@ -171,8 +173,9 @@ def _all_commands(cfg: StackConfig) -> list[commands.CommandSpec]:
 
 
 def test_every_command_is_valid_bash(cfg: StackConfig) -> None:
-    for spec in _all_commands(cfg) + [
-        commands.CommandSpec("f", "n", facts_command(cfg, cfg.nodes[0]))
+    for spec in [
+        *_all_commands(cfg),
+        commands.CommandSpec("f", "n", facts_command(cfg, cfg.nodes[0])),
     ]:
         subprocess.run(["bash", "-n", "-c", spec.create], check=True)
 
@@ -190,7 +193,7 @@ def test_obtain_only_when_absent(
 ) -> None:
     spark_raw["image"] = image
     create = commands.image_obtain(load_stack_config(spark_raw)).create
-    guard, _, rest = create.partition("if ! docker image inspect r:1 >/dev/null 2>&1; then\n")
+    _, _, rest = create.partition("if ! docker image inspect r:1 >/dev/null 2>&1; then\n")
     assert expect in rest.split("\nfi\n")[0]
     assert "echo fingerprint=" in rest
 
@@ -276,7 +279,7 @@ def test_health_report_needs_the_served_model_and_a_smoke_answer() -> None:
     ray_out = "progress line\n" + json.dumps(
         {"alive": 2, "gpus": 2.0, "nodes": [{"ip": "b"}, {"ip": "a"}]}
     )
-    good = {
+    good: dict[str, Any] = {
         "ready": True,
         "models": ["m"],
         "vllm_version": "0.17.1",

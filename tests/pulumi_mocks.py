@@ -19,11 +19,9 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.deployment import deploy
+from sim.executor import SECRET_SIG, SECRET_SIG_KEY, apply_program, unwrap_secrets
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.workstation import SshAccess
-
-SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
-SIG_KEY = "4dabf18193072939515e22adb298388d"
 
 
 @dataclass
@@ -44,7 +42,9 @@ class Registration:
 
         def has_secret(value: Any) -> bool:
             if isinstance(value, dict):
-                return value.get(SIG_KEY) == SECRET_SIG or any(map(has_secret, value.values()))
+                return value.get(SECRET_SIG_KEY) == SECRET_SIG or any(
+                    map(has_secret, value.values())
+                )
             if isinstance(value, list):
                 return any(map(has_secret, value))
             return False
@@ -53,17 +53,7 @@ class Registration:
 
     def plain(self, key: str) -> Any:
         """Input `key` with any secret wrapper removed (what the provider would get)."""
-
-        def unwrap(value: Any) -> Any:
-            if isinstance(value, dict):
-                if value.get(SIG_KEY) == SECRET_SIG:
-                    return unwrap(value["value"])
-                return {k: unwrap(v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [unwrap(v) for v in value]
-            return value
-
-        return unwrap(self.state.get(key))
+        return unwrap_secrets(self.state.get(key))
 
 
 class RecordingMonitor(MockMonitor):
@@ -211,15 +201,7 @@ class Run:
 def run_program(cfg: StackConfig, access: SshAccess, answers: NodeAnswers | None = None) -> Run:
     answers = answers or NodeAnswers(cfg)
     monitor = RecordingMonitor(answers)
-    pulumi.runtime.set_mocks(
-        answers, project="spark-vllm", stack="test", preview=False, monitor=monitor
+    outputs = apply_program(
+        lambda: deploy(cfg, "test", access), answers, stack="test", monitor=monitor
     )
-    resolved: dict[str, Any] = {}
-
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[Any]:
-        outputs = deploy(cfg, "test", access)
-        return pulumi.Output.from_input(outputs).apply(resolved.update)
-
-    program()
-    return Run(outputs=resolved, registrations=monitor.registrations)
+    return Run(outputs=outputs, registrations=monitor.registrations)

@@ -123,7 +123,7 @@ def test_container_inputs_render_to_docker_run(spark_raw: dict[str, Any]) -> Non
     assert argv[image_at + 1] == "-c"
     assert argv[image_at + 2].startswith("mkdir -p /root/.config/vllm && ")
     assert argv[image_at + 2].endswith(
-        "'--speculative-config={\"method\":\"mtp\",\"num_speculative_tokens\":1}'"
+        '\'--speculative-config={"method":"mtp","num_speculative_tokens":1}\''
     )
 
 

@@ -33,3 +33,11 @@ def test_schema_rejects_unknown_keys() -> None:
     doc["config"]["spark-vllm:nodes"][0]["ssh"]["hostname"] = "x"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
+
+
+def test_readme_config_reference_is_current() -> None:
+    from sparkvllm.schema import README, readme_with_reference
+
+    text = README.read_text()
+    assert readme_with_reference(text) == text, "run: python -m sparkvllm.schema"
+    assert "| `vllm.gpu_memory_utilization` | float | `0.8` |" in text

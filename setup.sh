@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One-time setup on a fresh Debian machine (run as root): system packages and the venv.
+# Idempotent: a second run installs nothing new.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install -q -r requirements.txt
+echo "setup: done (.venv ready; Docker engine installed, started on demand by 'python -m sim up')"

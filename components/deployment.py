@@ -11,6 +11,7 @@ import pulumi
 
 from components.gb10_node import GB10Node, GB10NodeArgs
 from components.model_server import ModelServer, ModelServerArgs
+from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
@@ -34,7 +35,16 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
         "image",
         SyncedImageArgs(cfg=cfg, nodes=nodes, host_keys=access.host_keys, private_key=private_key),
     )
-    head = RayHead("ray-head", RayHeadArgs(cfg=cfg, stack=stack, node=nodes[cfg.head], image=image))
+    weights = ModelWeights(
+        "model",
+        ModelWeightsArgs(
+            cfg=cfg, nodes=nodes, image=image, host_keys=access.host_keys, private_key=private_key
+        ),
+    )
+    head = RayHead(
+        "ray-head",
+        RayHeadArgs(cfg=cfg, stack=stack, node=nodes[cfg.head], image=image, weights=weights),
+    )
     workers = [
         RayWorker(
             f"ray-worker-{n.name}",
@@ -58,6 +68,7 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
             image=image,
             head=head,
             workers=workers,
+            weights=weights,
             api_key=api_key,
         ),
     )

@@ -10,6 +10,7 @@ import pulumi
 
 from components.adapters import container, remote_command
 from components.gb10_node import GB10Node
+from components.model_weights import ModelWeights
 from components.ray_head import RayHead
 from components.ray_worker import RayWorker
 from components.synced_image import SyncedImage
@@ -26,6 +27,7 @@ class ModelServerArgs:
     image: SyncedImage
     head: RayHead
     workers: Sequence[RayWorker]
+    weights: ModelWeights
     api_key: pulumi.Output[str] | None
 
 
@@ -62,7 +64,7 @@ class ModelServer(pulumi.ComponentResource):
             image_id=args.image.image_on(cfg.head),
             provider=args.node.provider,
             parent=self,
-            depends_on=[ray_ready],
+            depends_on=[ray_ready, *args.weights.complete],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             resource_name=f"{name}-container",
         )

@@ -8,6 +8,7 @@ import pulumi
 
 from components.adapters import container
 from components.gb10_node import GB10Node
+from components.model_weights import ModelWeights
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import containers
@@ -19,6 +20,7 @@ class RayHeadArgs:
     stack: str
     node: GB10Node
     image: SyncedImage
+    weights: ModelWeights
 
 
 class RayHead(pulumi.ComponentResource):
@@ -35,7 +37,8 @@ class RayHead(pulumi.ComponentResource):
             image_id=args.image.image_on(cfg.head),
             provider=args.node.provider,
             parent=self,
-            depends_on=[args.node.preflight],
+            # Nothing starts before the image is known to implement the model.
+            depends_on=[args.node.preflight, args.weights.supported],
             resource_name=f"{name}-container",
         )
         self.gcs_address = pulumi.Output.from_input(

@@ -275,7 +275,13 @@ class ModelConfig(_Closed):
     offline: bool = Field(
         False,
         description="Serve from the HF cache only (HF_HUB_OFFLINE=1): no node contacts the "
-        "hub at serve time.",
+        "hub; the weights must already be in the head's cache.",
+    )
+    distribution: Literal["copy_from_head", "download_on_each_node"] = Field(
+        "copy_from_head",
+        description="`copy_from_head`: download once on the head, copy to the other nodes "
+        "over the cluster link (verified by the sizes of the resolved files). "
+        "`download_on_each_node`: every node downloads for itself.",
     )
 
     @field_validator("hf_cache")

@@ -116,6 +116,7 @@ class NodeAnswers(pulumi.runtime.Mocks):
     cfg: StackConfig
     overrides: dict[str, str] = field(default_factory=dict)
     fingerprint: Callable[[str], str] = lambda node: "f" * 64
+    manifest: Callable[[list[str]], str] = lambda node: "e" * 64
 
     def stdout_for(self, name: str) -> str:
         if name in self.overrides:
@@ -127,6 +128,24 @@ class NodeAnswers(pulumi.runtime.Mocks):
             if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
                 fp = self.fingerprint(n.name)
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
+        if name == f"model-support-{cfg.head}":
+            return json.dumps(
+                {
+                    "model": cfg.model.id,
+                    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+                    "vllm_found": True,
+                    "vllm_version": "0.17.1rc1.dev25",
+                    "ray_version": "2.60.0",
+                    "support": {
+                        "Qwen3_5MoeForConditionalGeneration": {
+                            "module": "qwen3_5",
+                            "module_file": True,
+                        }
+                    },
+                }
+            )
+        if name.startswith(("model-download-", "model-sync-")):
+            return f"transferred=1\nmanifest={self.manifest(name.rsplit('-', 2)[-2:])}\n"
         if name == "model-server-ray-ready":
             nodes = [
                 {"ip": str(n.cluster_link.address), "hostname": n.name, "gpus": float(n.gpus)}

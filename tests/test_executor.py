@@ -42,6 +42,10 @@ class FakeNodes:
             and "fingerprint" in command
         ):
             stdout = self.answers.stdout_for("image-obtain-spark-1")
+        elif "def model_architectures" in (stdin or ""):
+            stdout = self.answers.stdout_for("model-support-spark-1")
+        elif "manifest()" in command:
+            stdout = self.answers.stdout_for("model-sync-spark-2")
         elif "def summarize" in (stdin or ""):
             stdout = self.answers.stdout_for("model-server-ray-ready")
         elif "def probe" in (stdin or ""):

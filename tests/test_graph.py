@@ -33,6 +33,10 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
         (f"image-{head}", f"image-obtain-{head}"),
         ("ray-head-container", f"image-{head}"),
         ("ray-head-container", f"{head}-facts"),
+        (f"model-support-{head}", f"image-{head}"),
+        ("ray-head-container", f"model-support-{head}"),
+        (f"model-download-{head}", f"model-support-{head}"),
+        ("model-server-container", f"model-download-{head}"),
         ("model-server-ray-ready", "ray-head-container"),
         ("model-server-container", "model-server-ray-ready"),
         ("model-server-container", f"image-{head}"),
@@ -48,6 +52,9 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
             (f"ray-worker-{w}-container", f"{w}-facts"),
             (f"ray-worker-{w}-container", "ray-head-container"),
             ("model-server-ray-ready", f"ray-worker-{w}-container"),
+            (f"model-sync-{w}", f"model-download-{head}"),
+            (f"model-sync-{w}", f"{w}-facts"),
+            ("model-server-container", f"model-sync-{w}"),
         ]
     return arrows
 
@@ -117,6 +124,7 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
         "sparkvllm:index:RayHead",
         "sparkvllm:index:RayWorker",
         "sparkvllm:index:ModelServer",
+        "sparkvllm:index:ModelWeights",
     }
     expected_parent = {
         CONTAINER: {
@@ -127,6 +135,7 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
         COMMAND: {
             "sparkvllm:index:GB10Node",
             "sparkvllm:index:SyncedImage",
+            "sparkvllm:index:ModelWeights",
             "sparkvllm:index:ModelServer",
         },
         REMOTE_IMAGE: {"sparkvllm:index:SyncedImage"},
@@ -300,3 +309,36 @@ def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: P
     kh = Path(access.known_hosts_file).read_text().splitlines()
     assert kh[0].startswith("10.1.230.180 ssh-ed25519 AAAA")
     assert len(kh) == 2
+
+
+def test_an_image_without_the_model_stops_before_any_container(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(cfg)
+    answers.overrides["model-support-spark-1"] = json.dumps(
+        {
+            "vllm_found": True,
+            "vllm_version": "0.16.0",
+            "support": {},
+            "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        }
+    )
+    monitor_names: list[str] = []
+    original = answers.new_resource
+
+    def recording(args: Any) -> Any:
+        monitor_names.append(args.typ)
+        return original(args)
+
+    answers.new_resource = recording  # type: ignore[method-assign]
+    with pytest.raises(Exception, match=r"has vLLM 0.16.0, which does not implement Qwen3_5Moe"):
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+    assert CONTAINER not in monitor_names
+
+
+def test_weights_that_differ_across_nodes_fail(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(
+        cfg, manifest=lambda parts: ("a" if "spark-1" in "-".join(parts) else "b") * 64
+    )
+    with pytest.raises(Exception, match="model weights differ across nodes: spark-1=aaaaaaaaaaaa"):
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)

@@ -302,3 +302,125 @@ def test_health_report_needs_the_served_model_and_a_smoke_answer() -> None:
 def test_last_json_skips_progress_lines() -> None:
     assert last_json('waiting\n{"a": 1}\nnot json {\n') == {"a": 1}
     assert last_json("") == {}
+
+
+# --- model support and weights ------------------------------------------------------------
+
+SUPPORT_CASES = [
+    ("supported", {"support": {"A": {"module": "qwen3_5", "module_file": True}}}, []),
+    (
+        "too old",
+        {"vllm_version": "0.16.0", "architectures": ["Qwen3_5MoeForConditionalGeneration"]},
+        [
+            (
+                "image hellohal2064/vllm-qwen3.5-gb10:latest has vLLM 0.16.0, which does not "
+                "implement Qwen3_5MoeForConditionalGeneration (supported from 0.17.0); fix: use an "
+                "image with vLLM >= 0.17.0"
+            )
+        ],
+    ),
+    (
+        "module file missing",
+        {"support": {"A": {"module": "qwen3_5", "module_file": False}}},
+        ["image hellohal2064/vllm-qwen3.5-gb10:latest (vLLM 0.17.1) registers A in module qwen3_5"],
+    ),
+    (
+        "no vllm",
+        {"vllm_found": False},
+        ["image hellohal2064/vllm-qwen3.5-gb10:latest contains no vLLM"],
+    ),
+    (
+        "no config",
+        {"error": "config.json of x is not in the HF cache"},
+        ["cannot read the architectures"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"), [c[1:] for c in SUPPORT_CASES], ids=[c[0] for c in SUPPORT_CASES]
+)
+def test_model_support_check(cfg: StackConfig, change: dict[str, Any], expected: list[str]) -> None:
+    from sparkvllm.specs.model import check_model_support
+
+    report = {"vllm_found": True, "vllm_version": "0.17.1", "architectures": ["A"], "support": {}}
+    report.update(change)
+    problems = check_model_support(cfg, "log line\n" + json.dumps(report))
+    assert len(problems) == len(expected)
+    for problem, start in zip(problems, expected, strict=True):
+        assert problem.startswith(start), problem
+
+
+def test_support_probe_finds_the_module_without_importing_vllm(tmp_path: Any) -> None:
+    """The probe against a fake vllm package on disk whose __init__ would crash if run."""
+    import sys
+
+    pkg = tmp_path / "vllm"
+    (pkg / "model_executor" / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise SystemExit('imported vllm')\n")
+    (pkg / "model_executor" / "models" / "registry.py").write_text(
+        '_MODELS = {\n    "Qwen3_5MoeForConditionalGeneration": ("qwen3_5", "Qwen3_5Moe"),\n}\n'
+    )
+    (pkg / "model_executor" / "models" / "qwen3_5.py").write_text("")
+    snap = tmp_path / "hf" / "hub" / "models--Qwen--Q" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text('{"architectures": ["Qwen3_5MoeForConditionalGeneration"]}')
+    (tmp_path / "hf" / "hub" / "models--Qwen--Q" / "refs").mkdir()
+    (tmp_path / "hf" / "hub" / "models--Qwen--Q" / "refs" / "main").write_text("abc")
+    from sparkvllm.probes import script
+
+    out = subprocess.run(
+        [sys.executable, "-", "Qwen/Q", "main", str(tmp_path / "hf"), "1"],
+        input=script("vllm_support"),
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    report = json.loads(out.stdout)
+    assert report["architectures"] == ["Qwen3_5MoeForConditionalGeneration"]
+    assert report["support"] == {
+        "Qwen3_5MoeForConditionalGeneration": {"module": "qwen3_5", "module_file": True}
+    }
+
+
+def test_weights_commands(cfg: StackConfig) -> None:
+    from sparkvllm.specs import model
+
+    download = model.weights_download(cfg, cfg.nodes[0])
+    sync = model.weights_sync(cfg, cfg.nodes[1], cfg.nodes[1].ssh.host_key)
+    for spec in (download, sync, model.model_support(cfg)):
+        subprocess.run(["bash", "-n", "-c", spec.create], check=True)
+    assert "snapshot_download" in download.create
+    assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
+    assert (
+        "tar -C /home/aurora/.cache/huggingface/hub -cf - models--Qwen--Qwen3.5-122B-A10B-FP8"
+        in sync.create
+    )
+    assert "aurora@192.168.100.11" in sync.create
+
+
+def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> None:
+    """The real manifest function on an HF-style layout: a deleted blob changes it."""
+    from sparkvllm.specs.model import MANIFEST
+
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
+    blobs.mkdir()
+    snap.mkdir(parents=True)
+    (blobs / "b1").write_bytes(b"x" * 1000)
+    (blobs / "b2").write_bytes(b"y" * 10)
+    (snap / "model.safetensors").symlink_to(blobs / "b1")
+    (snap / "config.json").symlink_to(blobs / "b2")
+
+    def manifest() -> str:
+        return subprocess.run(
+            ["bash", "-c", f'{MANIFEST}; manifest "{snap}"'],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    before = manifest()
+    assert len(before) == 64
+    (blobs / "b1").unlink()
+    assert manifest() not in (before, "")

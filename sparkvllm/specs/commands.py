@@ -116,6 +116,32 @@ def _ssh_to(node: NodeConfig, host_key: str | None) -> str:
     )
 
 
+def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> list[str]:
+    """Bash lines (run on the head, SSH key on stdin) that define `remote CMD...`: ssh to
+    `target` over the cluster link with the key in a 0600 temp file removed on exit and
+    the host key verified; then check the link answers."""
+    head = cfg.head_node.name
+    kh_line = (
+        known_hosts_line(str(target.cluster_link.address), target.ssh.port, host_key)
+        if host_key
+        else ""
+    )
+    unreachable = (
+        f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
+        f"{target.ssh.port} over the cluster link; fix: let sshd listen on the cluster "
+        f"address and authorize the key for {target.ssh.user}"
+    )
+    return [
+        "set -euo pipefail",
+        "umask 077",
+        'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
+        'cat > "$key"',
+        f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
+        f'remote() {{ {_ssh_to(target, host_key)} "$@"; }}',
+        f"remote true || {{ echo {shlex.quote(unreachable)} >&2; exit 1; }}",
+    ]
+
+
 def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
     """Stream the image from the head to `target` over the cluster link, if it differs.
 
@@ -125,28 +151,10 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     """
     ref = cfg.image.ref
     head = cfg.head_node.name
-    kh_line = (
-        known_hosts_line(str(target.cluster_link.address), target.ssh.port, host_key)
-        if host_key
-        else ""
-    )
     fp = fingerprint_script(ref)
     create = "\n".join(
         [
-            "set -euo pipefail",
-            "umask 077",
-            'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
-            'cat > "$key"',
-            f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
-            f'remote() {{ {_ssh_to(target, host_key)} "$@"; }}',
-            "remote true || { echo "
-            + shlex.quote(
-                f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
-                f"{target.ssh.port} over the cluster link; fix: let sshd listen on the "
-                "cluster address and authorize the key for "
-                f"{target.ssh.user}"
-            )
-            + " >&2; exit 1; }",
+            *ssh_to_node_prelude(cfg, target, host_key),
             f"src=$({fp})",
             (
                 f'[ -n "$src" ] || {{ echo {shlex.quote(f"image {ref} is missing on {head}")} >&2;'

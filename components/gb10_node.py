@@ -15,7 +15,9 @@ from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.facts import (
     PreflightError,
     check_facts,
+    check_links,
     facts_command,
+    links_command,
     parse_facts,
     warnings_for,
 )
@@ -71,16 +73,29 @@ class GB10Node(pulumi.ComponentResource):
             resource_name=f"{name}-facts",
         )
         cfg = args.cfg
+        links_cmd = remote_command(
+            CommandSpec(
+                name="links", node=node.name, create=links_command(cfg, node), timeout_s=120
+            ),
+            connection=self.connection,
+            parent=self,
+            secrets={},
+            resource_name=f"{name}-links",
+        )
 
-        def validated(stdout: str) -> dict[str, object]:
-            facts = parse_facts(stdout)
+        def validated(outs: list[str]) -> dict[str, object]:
+            facts = parse_facts(outs[0])
             problems = check_facts(cfg, node, facts)
+            link_problems, link_warnings = (
+                check_links(cfg, node, outs[1]) if facts.netdev_present else ([], [])
+            )
+            problems += link_problems
             if problems:
                 raise PreflightError("preflight failed:\n  - " + "\n  - ".join(problems))
-            for w in warnings_for(node, facts):
+            for w in warnings_for(node, facts) + link_warnings:
                 pulumi.log.warn(w, resource=self)
             return facts.as_output()
 
-        self.facts = facts_cmd.stdout.apply(validated)
+        self.facts = pulumi.Output.all(facts_cmd.stdout, links_cmd.stdout).apply(validated)
         self.preflight = self.facts.apply(lambda _: facts_cmd)
         self.register_outputs({"facts": self.facts})

@@ -109,6 +109,20 @@ def healthy_facts(cfg: StackConfig, node: NodeConfig) -> str:
     )
 
 
+def healthy_links(cfg: StackConfig, node: NodeConfig) -> str:
+    link = node.cluster_link
+    lines = []
+    for peer in cfg.nodes:
+        if peer.name != node.name:
+            addr = peer.cluster_link.address
+            lines += [
+                f"peer.{peer.name}.route={addr} dev {link.netdev} src {link.address} uid 0",
+                f"peer.{peer.name}.tcp=ok",
+                f"peer.{peer.name}.mtu=ok",
+            ]
+    return "\n".join(lines)
+
+
 @dataclass
 class NodeAnswers(pulumi.runtime.Mocks):
     """What each remote command prints, by resource name. Override any entry."""
@@ -125,6 +139,8 @@ class NodeAnswers(pulumi.runtime.Mocks):
         for n in cfg.nodes:
             if name == f"{n.name}-facts":
                 return healthy_facts(cfg, n)
+            if name == f"{n.name}-links":
+                return healthy_links(cfg, n)
             if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
                 fp = self.fingerprint(n.name)
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"

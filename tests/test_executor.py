@@ -34,6 +34,9 @@ class FakeNodes:
         if "echo arch=$(uname -m)" in command:
             node = next(n for n in self.answers.cfg.nodes if n.ssh.host == target.host)
             stdout = self.answers.stdout_for(f"{node.name}-facts")
+        elif ".route=$(ip -o route get" in command:
+            node = next(n for n in self.answers.cfg.nodes if n.ssh.host == target.host)
+            stdout = self.answers.stdout_for(f"{node.name}-links")
         elif "docker save" in command:
             stdout = self.answers.stdout_for("image-sync-spark-2")
         elif (

@@ -424,3 +424,61 @@ def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> Non
     assert len(before) == 64
     (blobs / "b1").unlink()
     assert manifest() not in (before, "")
+
+
+# --- cluster link between nodes -------------------------------------------------------------
+
+LINK_CASES = [
+    ("healthy", {}, 0, 0),
+    (
+        "routed via the LAN",
+        {"peer.spark-2.route": "192.168.100.11 via 10.1.230.1 dev enP7s7 src 10.1.230.180"},
+        1,
+        0,
+    ),
+    ("peer unreachable", {"peer.spark-2.tcp": "fail"}, 1, 0),
+    ("no jumbo frames", {"peer.spark-2.mtu": "fail"}, 0, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "n_problems", "n_warnings"),
+    [c[1:] for c in LINK_CASES],
+    ids=[c[0] for c in LINK_CASES],
+)
+def test_link_checks(
+    cfg: StackConfig, changes: dict[str, str], n_problems: int, n_warnings: int
+) -> None:
+    from sparkvllm.specs.facts import check_links
+    from tests.pulumi_mocks import healthy_links
+
+    kv = dict(line.split("=", 1) for line in healthy_links(cfg, cfg.nodes[0]).splitlines())
+    kv.update(changes)
+    problems, warns = check_links(cfg, cfg.nodes[0], "\n".join(f"{k}={v}" for k, v in kv.items()))
+    assert (len(problems), len(warns)) == (n_problems, n_warnings)
+    for p in problems:
+        assert p.startswith("node spark-1: ") and "; fix: " in p
+    if changes.get("peer.spark-2.route"):
+        assert (
+            "leaves via enP7s7 from 10.1.230.180, not enp1s0f1np1 from 192.168.100.10"
+            in problems[0]
+        )
+
+
+def test_links_command_runs_and_reports_each_peer(spark_raw: dict[str, Any]) -> None:
+    """Runs here for real, with every peer on loopback (no traffic leaves this machine)."""
+    from sparkvllm.specs.facts import links_command
+
+    raw = four_node_raw(spark_raw)
+    for i, n in enumerate(raw["nodes"]):
+        n["cluster_link"]["address"] = f"127.0.0.{i + 1}"
+        n["ssh"]["port"] = 9  # nothing listens: tcp=fail, quickly
+    cfg = load_stack_config(raw)
+    out = subprocess.run(
+        ["bash", "-c", links_command(cfg, cfg.nodes[0])], capture_output=True, text=True, check=True
+    )
+    keys = {line.split("=", 1)[0] for line in out.stdout.splitlines()}
+    for peer in ("spark-2", "spark-3", "spark-4"):
+        assert {f"peer.{peer}.route", f"peer.{peer}.tcp", f"peer.{peer}.mtu"} <= keys
+    assert "peer.spark-2.tcp=fail" in out.stdout
+    assert "peer.spark-1.route" not in keys

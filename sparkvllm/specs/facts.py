@@ -225,3 +225,66 @@ def warnings_for(node: NodeConfig, facts: NodeFacts) -> list[str]:
 
 class PreflightError(Exception):
     """A node's facts do not fit the config."""
+
+
+def links_command(cfg: StackConfig, node: NodeConfig) -> str:
+    """From `node`, for every other node: the route the kernel picks to its cluster address
+    (device and source address), a TCP connect to its sshd, and a don't-fragment ping at
+    the expected MTU. Prints `peer.<name>.<fact>=value` lines; never fails by itself."""
+    lines = ["set -u"]
+    for peer in cfg.nodes:
+        if peer.name == node.name:
+            continue
+        addr = str(peer.cluster_link.address)
+        key = f"peer.{peer.name}"
+        size = node.cluster_link.expected_mtu - 28  # IPv4 + ICMP headers
+        lines += [
+            f"echo {key}.route=$(ip -o route get {addr} 2>/dev/null | head -1)",
+            f"if timeout 5 bash -c '</dev/tcp/{addr}/{peer.ssh.port}' 2>/dev/null;"
+            f" then echo {key}.tcp=ok; else echo {key}.tcp=fail; fi",
+            "if command -v ping >/dev/null 2>&1; then",
+            f"  if ping -c 1 -W 2 -M do -s {size} {addr} >/dev/null 2>&1;"
+            f" then echo {key}.mtu=ok; else echo {key}.mtu=fail; fi",
+            f"else echo {key}.mtu=unknown; fi",
+        ]
+    return "\n".join(lines)
+
+
+def _route_fields(route: str) -> dict[str, str]:
+    words = route.split()
+    return {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i] in ("dev", "src")}
+
+
+def check_links(cfg: StackConfig, node: NodeConfig, stdout: str) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of `node`'s view of the cluster link."""
+    kv = {}
+    for line in stdout.splitlines():
+        k, sep, v = line.partition("=")
+        if sep:
+            kv[k.strip()] = v.strip()
+    problems, warns = [], []
+    link = node.cluster_link
+    for peer in cfg.nodes:
+        if peer.name == node.name:
+            continue
+        key = f"peer.{peer.name}"
+        addr = peer.cluster_link.address
+        route = _route_fields(kv.get(f"{key}.route", ""))
+        if route.get("dev") != link.netdev or route.get("src") != str(link.address):
+            problems.append(
+                f"node {node.name}: traffic to {peer.name} ({addr}) leaves via "
+                f"{route.get('dev', '?')} from {route.get('src', '?')}, not {link.netdev} from "
+                f"{link.address}; fix: give {link.netdev} an address in {peer.name}'s subnet "
+                "(NCCL and Ray would use the wrong interface)"
+            )
+        if kv.get(f"{key}.tcp") != "ok":
+            problems.append(
+                f"node {node.name}: cannot reach {peer.name} at {addr}:{peer.ssh.port} over the "
+                "cluster link; fix: check the cable, addresses and firewall on both nodes"
+            )
+        if kv.get(f"{key}.mtu") == "fail":
+            warns.append(
+                f"node {node.name}: a {link.expected_mtu}-byte unfragmented packet to "
+                f"{peer.name} did not pass; set MTU {link.expected_mtu} on both ends of the link"
+            )
+    return problems, warns

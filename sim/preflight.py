@@ -15,7 +15,7 @@ DOCKER = "docker"
 GIB = 1024**3
 # Measured (README): vllm-sim image ~5 GiB, its tarball about the same, and every node
 # loads the image into its own engine. Build needs room for the layers being written.
-BUILD_NEED_GIB = 14.0
+BUILD_NEED_GIB = 10.0
 TARBALL_NEED_GIB = 5.0
 PER_NODE_NEED_GIB = 6.0
 
@@ -91,12 +91,6 @@ def docker_network_occupants(runner: Runner) -> list[Occupant]:
         name, *subnets = line.split()
         occupants += [Occupant("docker network", name, s) for s in subnets]
     return occupants
-
-
-def bridge_device(runner: Runner, network: str) -> str | None:
-    """The Linux bridge of a docker network (br-<id12>), if it exists."""
-    result = runner.run([DOCKER, "network", "inspect", "--format", "{{.Id}}", network], check=False)
-    return f"br-{result.stdout.strip()[:12]}" if result.ok else None
 
 
 def check_subnet(runner: Runner, subnet: str) -> None:

@@ -92,7 +92,6 @@ def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen3ForCausalLM:
     )
     torch.manual_seed(SEED)
     model = Qwen3ForCausalLM(config).to(torch.float32).eval()
-    model.config.torch_dtype = torch.float32
     return model
 
 

@@ -240,11 +240,15 @@ def links_command(cfg: StackConfig, node: NodeConfig) -> str:
         size = node.cluster_link.expected_mtu - 28  # IPv4 + ICMP headers
         lines += [
             f"echo {key}.route=$(ip -o route get {addr} 2>/dev/null | head -1)",
-            f"if timeout 5 bash -c '</dev/tcp/{addr}/{peer.ssh.port}' 2>/dev/null;"
-            f" then echo {key}.tcp=ok; else echo {key}.tcp=fail; fi",
+            (
+                f"if timeout 5 bash -c '</dev/tcp/{addr}/{peer.ssh.port}' 2>/dev/null;"
+                f" then echo {key}.tcp=ok; else echo {key}.tcp=fail; fi"
+            ),
             "if command -v ping >/dev/null 2>&1; then",
-            f"  if ping -c 1 -W 2 -M do -s {size} {addr} >/dev/null 2>&1;"
-            f" then echo {key}.mtu=ok; else echo {key}.mtu=fail; fi",
+            (
+                f"  if ping -c 1 -W 2 -M do -s {size} {addr} >/dev/null 2>&1;"
+                f" then echo {key}.mtu=ok; else echo {key}.mtu=fail; fi"
+            ),
             f"else echo {key}.mtu=unknown; fi",
         ]
     return "\n".join(lines)

@@ -81,7 +81,17 @@ class ModelServer(pulumi.ComponentResource):
         self.endpoint = pulumi.Output.from_input(f"http://{host}:{cfg.ports.api}/v1")
         self.ray_members = ray_ready.stdout
         served = cfg.model.name_for_clients
-        self.health = pulumi.Output.all(ray_ready.stdout, ready.stdout).apply(
-            lambda outs: health_report(outs[0], outs[1], served)
-        )
+        rdma = any(n.cluster_link.roce_hcas for n in cfg.nodes)
+
+        def report(outs: list[str]) -> dict[str, object]:
+            health = health_report(outs[0], outs[1], served)
+            if rdma and health["nccl_transport"] == "socket":
+                pulumi.log.warn(
+                    "NCCL fell back to TCP sockets (NET/Socket) although roce_hcas are set: "
+                    "check /dev/infiniband in the containers, NCCL_IB_HCA and the RoCE links",
+                    resource=self,
+                )
+            return health
+
+        self.health = pulumi.Output.all(ray_ready.stdout, ready.stdout).apply(report)
         self.register_outputs({"endpoint": self.endpoint, "health": self.health})

@@ -482,3 +482,32 @@ def test_links_command_runs_and_reports_each_peer(spark_raw: dict[str, Any]) -> 
         assert {f"peer.{peer}.route", f"peer.{peer}.tcp", f"peer.{peer}.mtu"} <= keys
     assert "peer.spark-2.tcp=fail" in out.stdout
     assert "peer.spark-1.route" not in keys
+
+
+@pytest.mark.parametrize(
+    ("log", "transport"),
+    [
+        ("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0", "ib"),
+        ("NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0", "socket"),
+        ("NCCL INFO NET/IB : No device found.", "socket"),
+        ("INFO Started server process", "unknown"),
+    ],
+)
+def test_nccl_transport_is_read_from_the_server_logs(
+    tmp_path: Any, log: str, transport: str
+) -> None:
+    from sparkvllm.specs.commands import nccl_transport_script
+
+    fake_docker = tmp_path / "docker"
+    fake_docker.write_text(f"#!/bin/sh\necho {shlex.quote(log)} >&2\n")
+    fake_docker.chmod(0o755)
+    out = subprocess.run(
+        ["bash", "-c", nccl_transport_script("srv")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+    assert out.stdout.strip() == f"nccl_transport={transport}"
+    report = health_report("", '{"ready": true}\n' + out.stdout, "m")
+    assert report["nccl_transport"] == transport

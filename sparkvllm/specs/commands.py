@@ -204,6 +204,7 @@ def _probe_loop(
     timeout_s: int,
     what: str,
     on_fail_logs_of: str | None = None,
+    on_success: str = "",
 ) -> str:
     """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
 
@@ -229,7 +230,11 @@ def _probe_loop(
             "  fi",
             f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
             "  rc=$?",
-            "  if [ $rc -eq 0 ]; then printf '%s\\n' \"$out\" | tail -n 1; exit 0; fi",
+            "  if [ $rc -eq 0 ]; then",
+            "    printf '%s\\n' \"$out\" | tail -n 1",
+            *(f"    {line}" for line in on_success.splitlines()),
+            "    exit 0",
+            "  fi",
             "  if [ $SECONDS -ge $deadline ]; then",
             (
                 f'    echo {shlex.quote(f"{what}: not ready after {timeout_s}s")} "; last answer:'
@@ -247,6 +252,23 @@ def _probe_loop(
             "  fi",
             "  sleep 3",
             "done",
+        ]
+    )
+
+
+def nccl_transport_script(container: str) -> str:
+    """Prints `nccl_transport=ib|socket|unknown` from the server's logs (NCCL_DEBUG=INFO:
+    "via NET/IB" is RDMA; "via NET/Socket" or "NET/IB : No device found" is the silent TCP
+    fallback). vLLM's Ray workers log through the driver, so the server's logs hold both."""
+    return "\n".join(
+        [
+            f"logs=$(docker logs {container} 2>&1 || true)",
+            'if grep -q "via NET/IB" <<<"$logs"; then echo nccl_transport=ib',
+            (
+                'elif grep -qE "via NET/Socket|NET/IB : No device found" <<<"$logs";'
+                " then echo nccl_transport=socket"
+            ),
+            "else echo nccl_transport=unknown; fi",
         ]
     )
 
@@ -290,6 +312,7 @@ def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:
             args=[f"http://127.0.0.1:{cfg.ports.api}", cfg.model.name_for_clients],
             timeout_s=cfg.timeouts.server_ready_s,
             what="model server",
+            on_success=nccl_transport_script(name),
         ),
         stdin=script("server_health"),
         timeout_s=cfg.timeouts.server_ready_s + 300,

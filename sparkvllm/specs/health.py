@@ -21,7 +21,7 @@ def last_json(stdout: str) -> dict[str, Any]:
 
 
 def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict[str, Any]:
-    """{ready, models, vllm_version, ray: {nodes, gpus, ...}, smoke, metrics}.
+    """{ready, models, vllm_version, ray: {nodes, gpus, ...}, smoke, metrics, nccl_transport}.
 
     `ready` is true only when the server answered /health, serves `served_name`, and the
     smoke completion came back.
@@ -42,4 +42,14 @@ def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict
         },
         "smoke": smoke,
         "metrics": server.get("metrics", {}),
+        "nccl_transport": _kv(server_stdout).get("nccl_transport", "unknown"),
     }
+
+
+def _kv(stdout: str) -> dict[str, str]:
+    out = {}
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.isidentifier():
+            out[key] = value.strip()
+    return out

@@ -69,6 +69,7 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
             head=head,
             workers=workers,
             weights=weights,
+            nodes=nodes,
             api_key=api_key,
         ),
     )

@@ -3,7 +3,8 @@ after Ray reports every node and GPU; its bounded readiness wait yields `health`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -28,6 +29,7 @@ class ModelServerArgs:
     head: RayHead
     workers: Sequence[RayWorker]
     weights: ModelWeights
+    nodes: Mapping[str, GB10Node]
     api_key: pulumi.Output[str] | None
 
 
@@ -59,12 +61,27 @@ class ModelServer(pulumi.ComponentResource):
         )
         spec = containers.model_server(cfg, args.stack)
         self.spec = spec
+        # Unified memory: free the page cache on every node right before vLLM measures
+        # free memory; re-run whenever the server's command changes.
+        drops = [
+            remote_command(
+                commands.drop_page_cache(n),
+                connection=args.nodes[n.name].connection,
+                parent=self,
+                secrets={},
+                depends_on=[ray_ready],
+                triggers=[json.dumps([spec.command, spec.env], sort_keys=True)],
+                resource_name=f"{name}-drop-caches-{n.name}",
+            )
+            for n in cfg.nodes
+            if cfg.drop_page_cache
+        ]
         self.container = container(
             spec,
             image_id=args.image.image_on(cfg.head),
             provider=args.node.provider,
             parent=self,
-            depends_on=[ray_ready, *args.weights.complete],
+            depends_on=[ray_ready, *drops, *args.weights.complete],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             resource_name=f"{name}-container",
         )

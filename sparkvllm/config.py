@@ -468,6 +468,12 @@ class StackConfig(_Closed):
     vllm: VllmConfig = Field(default_factory=lambda: VllmConfig(), description="vLLM options.")
     ports: PortsConfig = Field(default_factory=lambda: PortsConfig(), description="Ports.")
     timeouts: TimeoutsConfig = Field(default_factory=lambda: TimeoutsConfig(), description="Waits.")
+    drop_page_cache: bool = Field(
+        False,
+        description="Drop the page cache on every node right before the model server starts "
+        "(unified memory: cudaMemGetInfo does not count reclaimable cache as free). Needs "
+        "root or passwordless sudo on the nodes.",
+    )
     endpoint_host: str | None = Field(
         None,
         description="Host name clients use for the API (default: the head's ssh.host).",

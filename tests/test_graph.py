@@ -342,3 +342,18 @@ def test_weights_that_differ_across_nodes_fail(spark_raw: dict[str, Any]) -> Non
     )
     with pytest.raises(Exception, match="model weights differ across nodes: spark-1=aaaaaaaaaaaa"):
         run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+
+
+def test_page_cache_is_dropped_on_every_node_right_before_the_server(
+    spark_raw: dict[str, Any],
+) -> None:
+    spark_raw["drop_page_cache"] = True
+    cfg, run = deployed(spark_raw)
+    for n in cfg.nodes:
+        drop = f"model-server-drop-caches-{n.name}"
+        assert run.depends("model-server-container", drop)
+        assert run.depends(drop, "model-server-ray-ready")
+        assert run.by_name(drop).state["connection"]  # runs on its own node
+    spark_raw["drop_page_cache"] = False
+    _, run = deployed(spark_raw)
+    assert not [r for r in run.registrations.values() if "drop-caches" in r.name]

@@ -317,3 +317,25 @@ def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:
         stdin=script("server_health"),
         timeout_s=cfg.timeouts.server_ready_s + 300,
     )
+
+
+def drop_page_cache(node: NodeConfig) -> CommandSpec:
+    """Free the page cache on `node` (as root, or through passwordless sudo)."""
+    fail = shlex.quote(
+        f"cannot drop the page cache on {node.name}: needs root or passwordless sudo for "
+        f"{node.ssh.user}; fix: allow it, or set drop_page_cache: false"
+    )
+    create = "\n".join(
+        [
+            "set -uo pipefail",
+            "sync",
+            'if [ "$(id -u)" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches',
+            "else sudo -n sh -c 'echo 3 > /proc/sys/vm/drop_caches' ||",
+            f"  {{ echo {fail} >&2; exit 1; }}",
+            "fi",
+            "echo mem_available_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)",
+        ]
+    )
+    return CommandSpec(
+        name=f"drop-caches-{node.name}", node=node.name, create=create, timeout_s=300
+    )

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from sim.stack import stack_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,8 +29,7 @@ TEST_API_KEY = "test-api-key-5b9e1c"
 
 def stack_file(stack: str) -> dict[str, Any]:
     """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped."""
-    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
-    return {k.split(":", 1)[1]: v for k, v in data.items() if k.startswith("spark-vllm:")}
+    return stack_raw(stack, ROOT)
 
 
 @pytest.fixture

@@ -1,0 +1,104 @@
+"""The sim stack end to end without the Pulumi CLI: bring the simulated cluster up, then
+apply or destroy the program's `sim` stack with the local executor (sim/executor.py).
+
+    python -m sim apply     # deploy; prints the stack outputs as JSON
+    python -m sim destroy   # remove every container of the sim stack from the nodes
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components.deployment import deploy
+from sim.cluster import Cluster
+from sim.executor import LocalExecutor, SshTarget, apply_program, run_ssh
+from sim.progress import Timer
+from sim.runner import SubprocessRunner
+from sim.settings import REPO_ROOT, StatePaths
+from sparkvllm.config import PROJECT, StackConfig, load_stack_config
+from sparkvllm.specs.containers import LABEL_PREFIX
+from sparkvllm.workstation import SshAccess, prepare_ssh_access
+
+STACK = "sim"
+
+
+def ensure_up(nodes: int = 2, quiet: bool = False) -> list[dict[str, object]]:
+    """Start the simulated cluster if it is not running (idempotent)."""
+    return Cluster(SubprocessRunner(), StatePaths.at(), Timer(quiet)).up(nodes)
+
+
+def stack_raw(stack: str = STACK, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The `spark-vllm:` keys of Pulumi.<stack>.yaml, as the Pulumi engine would pass them."""
+    data = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text())["config"]
+    prefix = f"{PROJECT}:"
+    return {k.removeprefix(prefix): v for k, v in data.items() if k.startswith(prefix)}
+
+
+def load(raw: dict[str, Any] | None = None) -> tuple[StackConfig, SshAccess]:
+    cfg = load_stack_config(raw if raw is not None else stack_raw())
+    return cfg, prepare_ssh_access(cfg, STACK, REPO_ROOT)
+
+
+def apply(
+    cfg: StackConfig, access: SshAccess, log: Callable[[str], None] = print
+) -> tuple[LocalExecutor, dict[str, Any]]:
+    """Deploy `cfg` on the sim nodes; returns the executor (for destroy) and the outputs."""
+    executor = LocalExecutor(log=log)
+    outputs = apply_program(lambda: deploy(cfg, STACK, access), executor, stack=STACK)
+    return executor, outputs
+
+
+def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
+    """ssh to a sim node the way the docker provider does (same key and known_hosts)."""
+    node = next(n for n in cfg.nodes if n.name == name)
+    opts = (
+        "-i", access.identity_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+        "-o", f"UserKnownHostsFile={access.known_hosts_file}",
+        "-o", "StrictHostKeyChecking=yes",
+    )  # fmt: skip
+    return SshTarget(node.ssh.user, node.ssh.host, node.ssh.port, opts)
+
+
+def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:
+    """Names of this stack's containers on node `name` (running or not)."""
+    label = shlex.quote(f"{LABEL_PREFIX}.stack={STACK}")
+    result = run_ssh(
+        node_target(cfg, access, name),
+        f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'",
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"cannot list containers on {name}: {result.stderr.strip()}")
+    return sorted(result.stdout.split())
+
+
+def destroy_by_label(cfg: StackConfig, access: SshAccess) -> dict[str, list[str]]:
+    """Remove every container of the sim stack from every node (no executor state needed)."""
+    removed = {}
+    for node in cfg.nodes:
+        names = our_containers(cfg, access, node.name)
+        if names:
+            run_ssh(node_target(cfg, access, node.name), f"docker rm -f {shlex.join(names)}")
+        removed[node.name] = names
+    return removed
+
+
+def main_apply() -> int:
+    ensure_up()
+    cfg, access = load()
+    _, outputs = apply(cfg, access)
+    print(json.dumps(outputs, indent=2, sort_keys=True, default=str))
+    return 0 if outputs.get("health", {}).get("ready") else 1
+
+
+def main_destroy() -> int:
+    cfg, access = load()
+    for node, names in destroy_by_label(cfg, access).items():
+        print(f"{node}: removed {', '.join(names) or 'nothing'}")
+    return 0

@@ -9,9 +9,11 @@ dependency graph. `destroy()` undoes what was applied, in reverse order.
 So the simulated-cluster tests run exactly the commands and container inputs the
 components register: no second description of the deployment exists.
 
-What it is not: an engine. No state, no diff, no refresh, no preview; re-applying replaces
-containers (docker rm -f, then run). Use `pulumi up` where the CLI exists. The executor
-refuses any resource input it does not know how to honour rather than ignore it.
+What it is not: an engine. No state, no diff, no refresh, no preview. Re-applying re-runs
+the one-shot commands (they are idempotent by design) and keeps a container that runs the
+same spec (its `ai.sparkvllm.spec` label) on the same image, replacing any other. Use
+`pulumi up` where the CLI exists. The executor refuses any resource input it does not know
+how to honour rather than ignore it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
+
+from sparkvllm.specs.containers import SPEC_LABEL
 
 # How a secret value looks in a mock monitor's inputs (Pulumi's wire signature).
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -199,10 +203,21 @@ class LocalExecutor(pulumi.runtime.Mocks):
     def _container(
         self, name: str, inputs: dict[str, Any], provider: str | None
     ) -> tuple[str, dict[str, Any], SshTarget | None]:
+        """Converge one container: keep it when it runs the same spec (label) on the same
+        image, else replace it (docker rm -f, docker run)."""
         target = self._docker_target(name, provider)
         argv = docker_run_argv(name, inputs)
         cname = shlex.quote(str(inputs["name"]))
-        cmd = f"docker rm -f {cname} >/dev/null 2>&1; {shlex.join(argv)}"
+        labels = {lb["label"]: lb["value"] for lb in inputs.get("labels") or []}
+        wanted = shlex.quote(f"true {labels.get(SPEC_LABEL, '')} {inputs['image']}")
+        fmt = shlex.quote(
+            f'{{{{.State.Running}}}} {{{{index .Config.Labels "{SPEC_LABEL}"}}}} {{{{.Image}}}}'
+        )
+        cmd = (
+            f'if [ "$(docker inspect -f {fmt} {cname} 2>/dev/null)" = {wanted} ]; then '
+            f"echo kept {cname} >&2; docker inspect -f '{{{{.Id}}}}' {cname}; "
+            f"else docker rm -f {cname} >/dev/null 2>&1; {shlex.join(argv)}; fi"
+        )
         container_id = self._run(name, target, cmd).stdout.strip()
         return container_id, {**inputs, "id": container_id}, target
 

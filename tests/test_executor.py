@@ -137,3 +137,49 @@ def test_container_inputs_render_to_docker_run(spark_raw: dict[str, Any]) -> Non
 def test_unknown_container_inputs_are_refused() -> None:
     with pytest.raises(ExecutionError, match=r"does not support inputs \['privileged'\]"):
         docker_run_argv("x", {"name": "x", "image": "i", "privileged": True})
+
+
+@pytest.mark.parametrize(
+    ("live", "kept"),
+    [
+        ("true SPEC sha256:img", True),
+        ("false SPEC sha256:img", False),  # stopped
+        ("true OTHER sha256:img", False),  # config changed
+        ("true SPEC sha256:old", False),  # image replaced
+        ("", False),  # removed
+    ],
+)
+def test_reapply_keeps_only_a_container_that_still_matches(
+    tmp_path: Any, live: str, kept: bool
+) -> None:
+    """The converge command, run by bash against a stand-in `docker` that logs its calls."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "docker"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >> {calls}\n'
+        f'if [ "$1" = inspect ] && [ "$3" != "{{{{.Id}}}}" ]; then printf %s {live!r}; fi\n'
+        'if [ "$1" = inspect ] && [ "$3" = "{{.Id}}" ]; then echo live-id; fi\n'
+        'if [ "$1" = run ]; then echo new-id; fi\n'
+    )
+    fake.chmod(0o755)
+
+    def local(target: SshTarget, command: str, **_: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True,
+            env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=False,
+        )  # fmt: skip
+
+    executor = LocalExecutor(log=lambda _: None, runner=local)
+    executor._providers["p"] = SshTarget("root", "127.0.0.1", 22, ())
+    inputs = {
+        "name": "c1",
+        "image": "sha256:img",
+        "labels": [{"label": "ai.sparkvllm.spec", "value": "SPEC"}],
+        "command": ["sleep", "1"],
+    }
+    container_id, _, _ = executor._container("c1", inputs, "urn::p")
+    ran = calls.read_text()
+    assert container_id == ("live-id" if kept else "new-id")
+    assert ("run -d --name c1" in ran) is not kept
+    assert ("rm -f c1" in ran) is not kept

@@ -13,9 +13,10 @@ temp dir with the head container (simulated-cluster notes).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
@@ -87,6 +88,21 @@ class ContainerSpec:
     stop_timeout_s: int = 30
 
 
+SPEC_LABEL = f"{LABEL_PREFIX}.spec"
+
+
+def spec_digest(spec: ContainerSpec) -> str:
+    """A digest of everything the spec asks for (labels aside). Carried as a label, so a
+    live container can be compared with what the current config would run."""
+    data = asdict(spec)
+    data.pop("labels")
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _labelled(spec: ContainerSpec) -> ContainerSpec:
+    return replace(spec, labels={**spec.labels, SPEC_LABEL: spec_digest(spec)})
+
+
 def container_name(stack: str, role: str, node: str | None = None) -> str:
     base = f"sparkvllm-{stack}-{role}"
     return f"{base}-{node}" if node else base
@@ -134,15 +150,17 @@ def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
         f"--num-gpus={node.gpus}",
         "--disable-usage-stats",
     )
-    return ContainerSpec(
-        name=container_name(stack, "ray-head"),
-        node=node.name,
-        role="ray-head",
-        command=cmd,
-        env=node_env(cfg, node),
-        labels=labels(stack, "ray-head", node.name),
-        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
-        **_common(cfg, node),  # type: ignore[arg-type]
+    return _labelled(
+        ContainerSpec(
+            name=container_name(stack, "ray-head"),
+            node=node.name,
+            role="ray-head",
+            command=cmd,
+            env=node_env(cfg, node),
+            labels=labels(stack, "ray-head", node.name),
+            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            **_common(cfg, node),  # type: ignore[arg-type]
+        )
     )
 
 
@@ -161,15 +179,17 @@ def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
         f"--num-gpus={node.gpus}",
         "--disable-usage-stats",
     )
-    return ContainerSpec(
-        name=container_name(stack, "ray-worker", node.name),
-        node=node.name,
-        role="ray-worker",
-        command=cmd,
-        env=node_env(cfg, node),
-        labels=labels(stack, "ray-worker", node.name),
-        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
-        **_common(cfg, node),  # type: ignore[arg-type]
+    return _labelled(
+        ContainerSpec(
+            name=container_name(stack, "ray-worker", node.name),
+            node=node.name,
+            role="ray-worker",
+            command=cmd,
+            env=node_env(cfg, node),
+            labels=labels(stack, "ray-worker", node.name),
+            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            **_common(cfg, node),  # type: ignore[arg-type]
+        )
     )
 
 
@@ -252,26 +272,28 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
             "timeout=5).status==200 else 1)"
         ),
     )
-    return ContainerSpec(
-        name=container_name(stack, "model-server"),
-        node=node.name,
-        role="model-server",
-        entrypoint=("bash", "-c"),
-        command=(script,),
-        env=env,
-        secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
-        labels=labels(stack, "model-server", node.name),
-        mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
-        pid_mode="host",
-        # A crash loop on unified memory can wedge the host: retry a few times, then stop.
-        restart="on-failure",
-        max_retry_count=3,
-        healthcheck=Healthcheck(
-            test=health_test,
-            interval_s=30,
-            timeout_s=10,
-            start_period_s=cfg.timeouts.server_ready_s,
-            retries=3,
-        ),
-        **_common(cfg, node),  # type: ignore[arg-type]
+    return _labelled(
+        ContainerSpec(
+            name=container_name(stack, "model-server"),
+            node=node.name,
+            role="model-server",
+            entrypoint=("bash", "-c"),
+            command=(script,),
+            env=env,
+            secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
+            labels=labels(stack, "model-server", node.name),
+            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            pid_mode="host",
+            # A crash loop on unified memory can wedge the host: retry a few times, then stop.
+            restart="on-failure",
+            max_retry_count=3,
+            healthcheck=Healthcheck(
+                test=health_test,
+                interval_s=30,
+                timeout_s=10,
+                start_period_s=cfg.timeouts.server_ready_s,
+                retries=3,
+            ),
+            **_common(cfg, node),  # type: ignore[arg-type]
+        )
     )

@@ -32,6 +32,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
+from sparkvllm.remote import SshTarget, run_ssh
 from sparkvllm.specs.containers import SPEC_LABEL
 
 # How a secret value looks in a mock monitor's inputs (Pulumi's wire signature).
@@ -54,26 +55,6 @@ class ExecutionError(Exception):
     """A registered resource failed on its node."""
 
 
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach a node: the workstation's `ssh` with explicit options."""
-
-    user: str
-    host: str
-    port: int
-    options: tuple[str, ...]
-
-    def argv(self, remote_command: str) -> list[str]:
-        return [
-            "ssh",
-            *self.options,
-            "-p",
-            str(self.port),
-            f"{self.user}@{self.host}",
-            remote_command,
-        ]
-
-
 @dataclass
 class Applied:
     typ: str
@@ -84,20 +65,6 @@ class Applied:
 
 
 Log = Callable[[str], None]
-
-
-def run_ssh(
-    target: SshTarget, command: str, *, stdin: str | None = None, timeout: float = 600
-) -> subprocess.CompletedProcess[str]:
-    """The one side-effect seam: run `command` in the node's login shell over ssh."""
-    return subprocess.run(
-        target.argv(command),
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @dataclass

@@ -17,11 +17,13 @@ import yaml
 
 from components.deployment import deploy
 from sim.cluster import Cluster
-from sim.executor import LocalExecutor, SshTarget, apply_program, run_ssh
+from sim.executor import LocalExecutor, apply_program
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, StatePaths
+from sparkvllm import remote
 from sparkvllm.config import PROJECT, StackConfig, load_stack_config
+from sparkvllm.remote import SshTarget, run_ssh
 from sparkvllm.specs.containers import LABEL_PREFIX
 from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
@@ -55,14 +57,8 @@ def apply(
 
 
 def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
-    """ssh to a sim node the way the docker provider does (same key and known_hosts)."""
     node = next(n for n in cfg.nodes if n.name == name)
-    opts = (
-        "-i", access.identity_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-        "-o", f"UserKnownHostsFile={access.known_hosts_file}",
-        "-o", "StrictHostKeyChecking=yes",
-    )  # fmt: skip
-    return SshTarget(node.ssh.user, node.ssh.host, node.ssh.port, opts)
+    return remote.node_target(node, access.identity_file, access.known_hosts_file)
 
 
 def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:

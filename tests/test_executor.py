@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from components.deployment import deploy
-from sim.executor import ExecutionError, LocalExecutor, SshTarget, apply_program, docker_run_argv
+from sim.executor import ExecutionError, LocalExecutor, apply_program, docker_run_argv
 from sparkvllm.config import load_stack_config
+from sparkvllm.remote import SshTarget
 from sparkvllm.workstation import prepare_ssh_access
 from tests.conftest import ROOT, TEST_API_KEY
 from tests.pulumi_mocks import NodeAnswers

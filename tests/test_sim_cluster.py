@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from sim import stack
-from sim.executor import LocalExecutor, run_ssh
+from sim.executor import LocalExecutor
 from sparkvllm.config import StackConfig
 from sparkvllm.probes import server_health
+from sparkvllm.remote import run_ssh
 from sparkvllm.specs.commands import parse_kv
 from sparkvllm.workstation import SshAccess
 

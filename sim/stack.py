@@ -13,8 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from components.deployment import deploy
 from sim.cluster import Cluster
 from sim.executor import LocalExecutor, apply_program
@@ -22,10 +20,10 @@ from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, StatePaths
 from sparkvllm import remote
-from sparkvllm.config import PROJECT, StackConfig, load_stack_config
+from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.remote import SshTarget, run_ssh
 from sparkvllm.specs.containers import LABEL_PREFIX
-from sparkvllm.workstation import SshAccess, prepare_ssh_access
+from sparkvllm.workstation import SshAccess, prepare_ssh_access, stack_file_config
 
 STACK = "sim"
 
@@ -36,10 +34,7 @@ def ensure_up(nodes: int = 2, quiet: bool = False) -> list[dict[str, object]]:
 
 
 def stack_raw(stack: str = STACK, root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The `spark-vllm:` keys of Pulumi.<stack>.yaml, as the Pulumi engine would pass them."""
-    data = yaml.safe_load((root / f"Pulumi.{stack}.yaml").read_text())["config"]
-    prefix = f"{PROJECT}:"
-    return {k.removeprefix(prefix): v for k, v in data.items() if k.startswith(prefix)}
+    return stack_file_config(stack, root)
 
 
 def load(raw: dict[str, Any] | None = None) -> tuple[StackConfig, SshAccess]:

@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from ipaddress import IPv4Address
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import (
@@ -741,9 +741,3 @@ def json_schema() -> dict[str, Any]:
         },
         "$defs": defs,
     }
-
-
-def read_file_setting(path: str, base: Path) -> str:
-    """Read a workstation-side file named in the config (relative to the project dir)."""
-    p = Path(path).expanduser()
-    return (p if p.is_absolute() else base / p).read_text()

@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sparkvllm.config import ConfigError, Issue, SshConfig, StackConfig
+import yaml
+
+from sparkvllm.config import PROJECT, ConfigError, Issue, SshConfig, StackConfig
 from sparkvllm.specs.ssh import known_hosts
 
 
@@ -129,3 +132,11 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         host_keys=host_keys,
         private_key=private_key,
     )
+
+
+def stack_file_config(stack: str, project_dir: Path) -> dict[str, Any]:
+    """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped: what the program
+    gets from the Pulumi engine, for tools that run without it (sim, drift check)."""
+    data = yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text())["config"]
+    prefix = f"{PROJECT}:"
+    return {k.removeprefix(prefix): v for k, v in data.items() if k.startswith(prefix)}

@@ -1,0 +1,157 @@
+"""Drift the providers cannot see: every kind, from a healthy cluster's reading with one
+thing changed -> exactly the finding that names the node and what drifted."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.specs.containers import SPEC_LABEL
+from sparkvllm.specs.drift import (
+    ContainerLive,
+    NodeLive,
+    expected_containers,
+    find_drift,
+    parse_state,
+    state_command,
+)
+
+STACK = "spark"
+IMG = "sha256:" + "1" * 64
+
+
+def healthy(cfg: StackConfig) -> dict[str, NodeLive]:
+    live = {}
+    for node, specs in expected_containers(cfg, STACK).items():
+        live[node] = NodeLive(
+            containers={
+                s.name: ContainerLive("running", 0, s.labels[SPEC_LABEL], IMG) for s in specs
+            },
+            image_id=IMG,
+            fingerprint="f" * 64,
+        )
+    live[cfg.head].ray = {
+        "missing": [],
+        "unexpected": [],
+        "gpus": float(cfg.total_gpus),
+        "alive": 2,
+    }
+    live[cfg.head].server = {
+        "ready": True,
+        "health_status": 200,
+        "models": [cfg.model.name_for_clients],
+    }
+    return live
+
+
+W = "sparkvllm-spark-ray-worker-spark-2"
+S = "sparkvllm-spark-model-server"
+
+
+def _container(node: str, name: str, **changes: Any) -> Callable[[dict[str, NodeLive]], None]:
+    def apply(live: dict[str, NodeLive]) -> None:
+        c = live[node].containers[name]
+        live[node].containers[name] = ContainerLive(**{**c.__dict__, **changes})
+
+    return apply
+
+
+def _remove(node: str, name: str) -> Callable[[dict[str, NodeLive]], None]:
+    return lambda live: live[node].containers.pop(name)
+
+
+def _set(node: str, **changes: Any) -> Callable[[dict[str, NodeLive]], None]:
+    def apply(live: dict[str, NodeLive]) -> None:
+        for k, v in changes.items():
+            setattr(live[node], k, v)
+
+    return apply
+
+
+CASES: list[tuple[str, Callable[[dict[str, NodeLive]], None], list[tuple[str, str]]]] = [
+    ("nothing drifted", lambda live: None, []),
+    ("worker removed", _remove("spark-2", W), [("spark-2", "container missing")]),
+    (
+        "worker stopped",
+        _container("spark-2", W, status="exited", exit_code=137),
+        [("spark-2", "container not running")],
+    ),
+    (
+        "head restarted, worker lost",
+        _set("spark-1", ray={"missing": ["192.168.100.11"], "gpus": 1.0}),
+        [("spark-2", "left the ray cluster")],
+    ),
+    (
+        "server crashed",
+        _container("spark-1", S, status="restarting", exit_code=1),
+        [("spark-1", "container not running")],
+    ),
+    (
+        "server engine dead",
+        _set("spark-1", server={"ready": False, "health_status": 503}),
+        [("spark-1", "model server unhealthy")],
+    ),
+    (
+        "server refuses",
+        _set("spark-1", server={"ready": False, "health_status": 0}),
+        [("spark-1", "model server unhealthy")],
+    ),
+    ("image removed", _set("spark-2", image_id="", fingerprint=""), [("spark-2", "image missing")]),
+    ("image replaced", _set("spark-2", fingerprint="e" * 64), [("spark-2", "image replaced")]),
+    (
+        "node rebooted, containers gone",
+        _set("spark-2", containers={}),
+        [("spark-2", "container missing")],
+    ),
+    (
+        "node unreachable",
+        _set("spark-2", error="ssh: connect timed out"),
+        [("spark-2", "unreachable")],
+    ),
+    (
+        "container left on the old image",
+        _container("spark-2", W, image="sha256:" + "0" * 64),
+        [("spark-2", "container on an old image")],
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_kind_of_drift(
+    spark_raw: dict[str, Any],
+    mutate: Callable[[dict[str, NodeLive]], None],
+    expected: list[tuple[str, str]],
+) -> None:
+    cfg = load_stack_config(spark_raw)
+    live = healthy(cfg)
+    mutate(live)
+    found = find_drift(cfg, STACK, live)
+    assert [(d.node, d.what) for d in found] == expected
+    for d in found:
+        assert d.render().startswith(f"node {d.node}: {d.what}: ")
+        assert "fix:" in d.render()
+
+
+def test_a_config_change_not_yet_applied(spark_raw: dict[str, Any]) -> None:
+    running = load_stack_config(spark_raw)
+    live = healthy(running)
+    changed = copy.deepcopy(spark_raw)
+    changed["vllm"]["max_model_len"] = 131072
+    found = find_drift(load_stack_config(changed), STACK, live)
+    assert [(d.node, d.what) for d in found] == [("spark-1", "config not applied")]
+    assert S in found[0].detail
+
+
+def test_state_command_output_parses(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    cmd = state_command(cfg, STACK, cfg.nodes[1])
+    subprocess.run(["bash", "-n", "-c", cmd], check=True)
+    out = f"container.{W}=running 0 abc123 {IMG}\nimage.id={IMG}\nimage.fingerprint={'f' * 64}\n"
+    live = parse_state(out)
+    assert live.containers[W] == ContainerLive("running", 0, "abc123", IMG)
+    assert parse_state(f"container.{W}=absent\nimage.id=\nimage.fingerprint=\n").containers == {}

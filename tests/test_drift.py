@@ -62,7 +62,10 @@ def _container(node: str, name: str, **changes: Any) -> Callable[[dict[str, Node
 
 
 def _remove(node: str, name: str) -> Callable[[dict[str, NodeLive]], None]:
-    return lambda live: live[node].containers.pop(name)
+    def apply(live: dict[str, NodeLive]) -> None:
+        del live[node].containers[name]
+
+    return apply
 
 
 def _set(node: str, **changes: Any) -> Callable[[dict[str, NodeLive]], None]:

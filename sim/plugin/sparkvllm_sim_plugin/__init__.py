@@ -15,7 +15,18 @@ processes: API server, engine core and each Ray worker) adapts them:
     name makes ranks on different hosts disagree, so vLLM falls back to
     torch.distributed (gloo over GLOO_SOCKET_IFNAME), as it already does by design.
 
-Each adaptation logs one line when it applies. Loading twice is harmless.
+Where each adaptation hooks in, and why:
+- (a) must hold before any vLLM code reads the Ray device key. With vLLM 0.32's default
+  Ray executor (V2), a Ray worker actor asks for it (get_node_and_physical_gpu_ids)
+  BEFORE that process loads the general plugins, so (a) is also applied from the
+  `vllm.platform_plugins` group, which vLLM calls in every process the first time it
+  resolves its platform. That hook only sets the attribute and returns None: it claims
+  no platform, the built-in CPU platform is still the one detected.
+- (b) is applied from the general plugin: the communicator is built after the worker
+  loaded the general plugins (importing it during platform detection would recurse).
+
+Each adaptation logs one line when it applies (once per process). Loading twice is
+harmless.
 """
 
 from __future__ import annotations
@@ -35,6 +46,12 @@ def register() -> None:
     """vLLM general-plugin entry point: apply every simulation adaptation once."""
     _adapt_ray_device_key()
     _adapt_cpu_shm_group_name()
+
+
+def platform_hook() -> None:
+    """vLLM platform-plugin entry point: apply (a) early, claim no platform (return None)."""
+    _adapt_ray_device_key()
+    return None
 
 
 def host_identity() -> str:

@@ -65,6 +65,7 @@ def container(
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
     secret_env: Mapping[str, pulumi.Output[str]] | None = None,
+    extra_labels: Mapping[str, pulumi.Input[str]] | None = None,
     resource_name: str,
 ) -> docker.Container:
     """A docker.Container on the node's provider for `spec`.
@@ -86,7 +87,8 @@ def container(
         entrypoints=list(spec.entrypoint) if spec.entrypoint else None,
         envs=env,
         labels=[
-            docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(spec.labels.items())
+            docker.ContainerLabelArgs(label=k, value=v)
+            for k, v in sorted({**spec.labels, **(extra_labels or {})}.items())
         ],
         network_mode=spec.network_mode,
         ipc_mode=spec.ipc_mode,

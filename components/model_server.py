@@ -83,6 +83,11 @@ class ModelServer(pulumi.ComponentResource):
             parent=self,
             depends_on=[ray_ready, *drops, *args.weights.complete],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
+            extra_labels={
+                containers.RAY_CLUSTER_LABEL: pulumi.Output.all(*(c.id for c in cluster)).apply(
+                    containers.ray_cluster_digest
+                )
+            },
             resource_name=f"{name}-container",
         )
         ready = remote_command(

@@ -33,7 +33,7 @@ import pulumi
 from pulumi.runtime.mocks import MockMonitor
 
 from sparkvllm.remote import SshTarget, run_ssh
-from sparkvllm.specs.containers import SPEC_LABEL
+from sparkvllm.specs.containers import LABEL_PREFIX
 
 # How a secret value looks in a mock monitor's inputs (Pulumi's wire signature).
 SECRET_SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -170,15 +170,19 @@ class LocalExecutor(pulumi.runtime.Mocks):
     def _container(
         self, name: str, inputs: dict[str, Any], provider: str | None
     ) -> tuple[str, dict[str, Any], SshTarget | None]:
-        """Converge one container: keep it when it runs the same spec (label) on the same
-        image, else replace it (docker rm -f, docker run)."""
+        """Converge one container: keep it when it runs with the same labels of ours (spec
+        digest, Ray cluster) on the same image, else replace it (docker rm -f, docker run)."""
         target = self._docker_target(name, provider)
         argv = docker_run_argv(name, inputs)
         cname = shlex.quote(str(inputs["name"]))
         labels = {lb["label"]: lb["value"] for lb in inputs.get("labels") or []}
-        wanted = shlex.quote(f"true {labels.get(SPEC_LABEL, '')} {inputs['image']}")
+        ours = sorted(k for k in labels if k.startswith(LABEL_PREFIX))
+        wanted = shlex.quote(" ".join(["true", *(labels[k] for k in ours), str(inputs["image"])]))
         fmt = shlex.quote(
-            f'{{{{.State.Running}}}} {{{{index .Config.Labels "{SPEC_LABEL}"}}}} {{{{.Image}}}}'
+            " ".join(
+                ["{{.State.Running}}", *(f'{{{{index .Config.Labels "{k}"}}}}' for k in ours)]
+                + ["{{.Image}}"]
+            )
         )
         cmd = (
             f'if [ "$(docker inspect -f {fmt} {cname} 2>/dev/null)" = {wanted} ]; then '

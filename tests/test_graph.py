@@ -357,3 +357,20 @@ def test_page_cache_is_dropped_on_every_node_right_before_the_server(
     spark_raw["drop_page_cache"] = False
     _, run = deployed(spark_raw)
     assert not [r for r in run.registrations.values() if "drop-caches" in r.name]
+
+
+def test_server_is_bound_to_the_ray_containers_it_started_on(spark_raw: dict[str, Any]) -> None:
+    """Replacing a Ray container changes this label, so the server is replaced with it."""
+    import hashlib
+
+    from sparkvllm.specs.containers import RAY_CLUSTER_LABEL, ray_cluster_digest
+
+    _, run = deployed(spark_raw)
+    # The mock gives each resource the ID "<name>-<sha256(name)[:12]>".
+    ray_ids = [
+        f"{n}-{hashlib.sha256(n.encode()).hexdigest()[:12]}"
+        for n in ("ray-head-container", "ray-worker-spark-2-container")
+    ]
+    server = run.by_name("model-server-container")
+    labels = {lb["label"]: lb["value"] for lb in server.plain("labels")}
+    assert labels[RAY_CLUSTER_LABEL] == ray_cluster_digest(ray_ids)

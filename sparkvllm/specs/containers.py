@@ -89,6 +89,13 @@ class ContainerSpec:
 
 
 SPEC_LABEL = f"{LABEL_PREFIX}.spec"
+# On the model server: a digest of the Ray containers it was started on. Replacing any of
+# them kills vLLM's Ray workers, so the server must be replaced too (a label change does).
+RAY_CLUSTER_LABEL = f"{LABEL_PREFIX}.ray-cluster"
+
+
+def ray_cluster_digest(container_ids: list[str]) -> str:
+    return hashlib.sha256(",".join(sorted(container_ids)).encode()).hexdigest()[:16]
 
 
 def spec_digest(spec: ContainerSpec) -> str:

@@ -180,8 +180,11 @@ class LocalExecutor(pulumi.runtime.Mocks):
         wanted = shlex.quote(" ".join(["true", *(labels[k] for k in ours), str(inputs["image"])]))
         fmt = shlex.quote(
             " ".join(
-                ["{{.State.Running}}", *(f'{{{{index .Config.Labels "{k}"}}}}' for k in ours)]
-                + ["{{.Image}}"]
+                [
+                    "{{.State.Running}}",
+                    *(f'{{{{index .Config.Labels "{k}"}}}}' for k in ours),
+                    "{{.Image}}",
+                ]
             )
         )
         cmd = (

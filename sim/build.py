@@ -306,4 +306,16 @@ def ensure_images(runner: Runner, paths: StatePaths, say: Timer) -> BuiltImages:
     current = image_id(runner, VLLM_IMAGE_REF) if image_exists(runner, VLLM_IMAGE_REF) else ""
     if current != image_id(runner, vllm.tag):
         runner.run([DOCKER, "tag", vllm.tag, VLLM_IMAGE_REF])
+    for recipe in (base, node, vllm):
+        prune_superseded(runner, recipe)
     return BuiltImages(base=base.tag, node=node.tag, vllm=vllm.tag)
+
+
+def prune_superseded(runner: Runner, current: ImageRecipe) -> None:
+    """Remove older hash tags of the same repository (several GB each); in-use ones stay."""
+    fmt = "{{.Tag}}"
+    tags = runner.run([DOCKER, "images", current.repository, "--format", fmt]).stdout.split()
+    keep = {current.inputs_hash, VLLM_IMAGE_REF.partition(":")[2]}
+    stale = [f"{current.repository}:{t}" for t in tags if t not in keep and t != "<none>"]
+    if stale:
+        runner.run([DOCKER, "rmi", *stale], check=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim import build, keys, model, preflight
-from sim.engine import ensure_engine
+from sim.engine import engine_ready, ensure_engine
 from sim.progress import Timer
 from sim.runner import Runner
 from sim.settings import (
@@ -294,8 +294,16 @@ class Cluster:
         self.runner.run([DOCKER, *args])
 
     # ---- down -----------------------------------------------------------------
+    def _require_engine(self) -> None:
+        if not engine_ready(self.runner):
+            raise SimError(
+                "the Docker engine is not running, so there is no simulation to act on; "
+                "`python -m sim up` starts it"
+            )
+
     def down(self, purge: bool = False) -> None:
         """Remove the nodes, their volumes and the network; with purge, the images too."""
+        self._require_engine()
         existing = find_existing(self.runner)
         if existing.empty:
             self.say("sim: nothing to remove")
@@ -328,6 +336,7 @@ class Cluster:
     # ---- status ---------------------------------------------------------------
     def status(self) -> list[dict[str, object]]:
         """One row per node container: name, address, state, whether ssh answers."""
+        self._require_engine()
         existing = find_existing(self.runner)
         rows = []
         for container, state in sorted(existing.containers.items()):

@@ -3,6 +3,9 @@
 python -m sim up [--nodes N] [--subnet CIDR] [-v]
 python -m sim down [--purge]
 python -m sim status
+python -m sim apply      # deploy the sim stack with the local executor (no Pulumi CLI)
+python -m sim destroy    # remove the sim stack's containers from the nodes
+python -m sim drift      # compare the running sim stack with its config
 """
 
 from __future__ import annotations
@@ -30,11 +33,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     down = sub.add_parser("down", help="remove nodes, their volumes and the network")
     down.add_argument("--purge", action="store_true", help="also remove the cached images")
     sub.add_parser("status", help="print the node table as JSON")
+    sub.add_parser("apply", help="deploy the sim stack (local executor, no Pulumi CLI)")
+    sub.add_parser("destroy", help="remove the sim stack's containers from the nodes")
+    sub.add_parser("drift", help="compare the running sim stack with Pulumi.sim.yaml")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command in ("apply", "destroy", "drift"):
+        from sim import stack
+        from sparkvllm import drift
+
+        runs = {"apply": stack.main_apply, "destroy": stack.main_destroy}
+        return runs[args.command]() if args.command in runs else drift.main(["--stack", "sim"])
     quiet = args.command == "status"
     cluster = Cluster(SubprocessRunner(verbose=args.verbose), StatePaths.at(), Timer(quiet))
     start = time.monotonic()

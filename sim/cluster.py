@@ -131,7 +131,11 @@ def nodes_json(nodes: list[NodeSpec], host_keys: dict[str, str]) -> list[dict[st
 def find_existing(runner: Runner) -> Existing:
     label = f"label={LABEL}=1"
     fmt = "{{.Names}} {{.State}}"
-    out = runner.run([DOCKER, "ps", "-a", "--filter", label, "--format", fmt]).stdout
+    # Containers by the node label only `up` sets (images carry LABEL too, and containers
+    # inherit image labels, so that one alone would also match e.g. a `docker run` of the
+    # vllm-sim image).
+    node_label = f"label={NODE_LABEL}"
+    out = runner.run([DOCKER, "ps", "-a", "--filter", node_label, "--format", fmt]).stdout
     containers = {
         name: state
         for name, state in (line.split(maxsplit=1) for line in out.splitlines() if line)
@@ -189,30 +193,40 @@ class Cluster:
             hub_model = model.ensure_model(self.runner, self.paths, images.vllm)
         self._export_vllm_image()
         undo = Undo()
+        table = nodes_json(nodes, host_keys)
         try:
             self._create(nodes, subnet, images.node, hub_model, undo)
+            self._write_state(table, hub_model)
         except BaseException:
             self.say("sim: up failed; removing what this run created")
             undo.run(self.say)
+            self.paths.nodes_json.unlink(missing_ok=True)
             raise
-        table = nodes_json(nodes, host_keys)
-        self.paths.nodes_json.write_text(json.dumps(table, indent=2) + "\n")
         self.say(f"sim: up: {count} node(s); model {hub_model.model_id}@{hub_model.revision}")
         return table
+
+    def _write_state(self, table: list[dict[str, object]], hub_model: model.HubModel) -> None:
+        """nodes.json (the node table) and model.json (what every node has in its cache)."""
+        self.paths.nodes_json.write_text(json.dumps(table, indent=2) + "\n")
+        self.paths.model_json.write_text(json.dumps(hub_model.describe(), indent=2) + "\n")
 
     def _already_up(self, existing: Existing, nodes: list[NodeSpec]) -> list[dict[str, object]]:
         if is_complete(existing, nodes):
             self.say(f"sim: already up with {len(nodes)} node(s); nothing to do")
-            return json.loads(self.paths.nodes_json.read_text())
+            host_keys = {
+                n.name: keys.public_key_line(self.paths.host_key_pub(n.name)) for n in nodes
+            }
+            return nodes_json(nodes, host_keys)
         parts = [f"{n} ({s})" for n, s in sorted(existing.containers.items())]
-        parts += existing.volumes + ([f"network {NETWORK_NAME}"] if existing.network else [])
+        parts += [f"volume {v}" for v in existing.volumes]
+        parts += [f"network {NETWORK_NAME}"] if existing.network else []
         raise SimError(
             f"a simulation is already there but does not match {len(nodes)} running "
             f"node(s): {', '.join(parts)}. Run `python -m sim down`, then `up` again."
         )
 
     def _preflight(self, nodes: list[NodeSpec], subnet: str) -> None:
-        images_built = all(build.image_exists(self.runner, ref) for ref in (VLLM_IMAGE_REF,))
+        images_built = build.image_exists(self.runner, VLLM_IMAGE_REF)
         need = preflight.required_gib(len(nodes), images_built, self.paths.vllm_tarball.exists())
         docker_root = self.runner.run(
             [DOCKER, "info", "--format", "{{.DockerRootDir}}"]
@@ -267,12 +281,29 @@ class Cluster:
         undo.push(f"network {NETWORK_NAME}", lambda: self._rm(["network", "rm", NETWORK_NAME]))
 
     def _create_node(self, node: NodeSpec, node_image: str, undo: Undo) -> None:
+        """Create the node's volume and container; undo only what this call created."""
+        if self.runner.run([DOCKER, "volume", "inspect", node.volume], check=False).ok:
+            raise SimError(
+                f"docker volume {node.volume} already exists and `sim up` did not create it "
+                f"in this run; remove it (`docker volume rm {node.volume}`) and retry"
+            )
         volume = [DOCKER, "volume", "create", "--label", f"{LABEL}=1", node.volume]
         self.runner.run(volume)
         undo.push(f"volume {node.volume}", lambda: self._rm(["volume", "rm", node.volume]))
-        argv = node_run_argv(node, node_image, self.paths, images_mount=node.is_head)
+        try:
+            self.runner.run(node_run_argv(node, node_image, self.paths, node.is_head))
+        except RuntimeError:
+            # `docker run` may leave a created-but-not-started container behind: remove it
+            # only if it carries this node's label (a foreign one with the name is kept).
+            if self._node_label_of(node.container) == node.name:
+                self._rm(["rm", "-f", node.container])
+            raise
         undo.push(f"container {node.container}", lambda: self._rm(["rm", "-f", node.container]))
-        self.runner.run(argv)
+
+    def _node_label_of(self, container: str) -> str:
+        fmt = f'{{{{index .Config.Labels "{NODE_LABEL}"}}}}'
+        result = self.runner.run([DOCKER, "inspect", "--format", fmt, container], check=False)
+        return result.stdout.strip() if result.ok else ""
 
     def _wait_for_node(self, node: NodeSpec) -> None:
         deadline = time.monotonic() + SSH_WAIT_S
@@ -317,6 +348,7 @@ class Cluster:
             self.say(f"sim: removing network {NETWORK_NAME}")
             self._rm(["network", "rm", NETWORK_NAME])
         self.paths.nodes_json.unlink(missing_ok=True)
+        self.paths.model_json.unlink(missing_ok=True)
         if purge:
             self._purge_images()
 

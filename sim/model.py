@@ -39,6 +39,16 @@ class HubModel:
     def node_snapshot_path(self) -> str:
         return f"{NODE_HF_HUB_DIR}/{self.repo_dir.name}/snapshots/{self.revision}"
 
+    def describe(self) -> dict[str, object]:
+        """What `.sim/model.json` records: id, revision and where it is on every node."""
+        return {
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "node_repo_dir": f"{NODE_HF_HUB_DIR}/{self.repo_dir.name}",
+            "node_snapshot_dir": self.node_snapshot_path(),
+            "files": sorted(p.name for p in self.snapshot_dir.iterdir()),
+        }
+
 
 def repo_folder_name(model_id: str) -> str:
     """`org/name` -> `models--org--name` (huggingface_hub's cache folder name)."""

@@ -56,6 +56,10 @@ class StatePaths:
         return self.root / "nodes.json"
 
     @property
+    def model_json(self) -> Path:
+        return self.root / "model.json"
+
+    @property
     def images_dir(self) -> Path:
         return self.root / "images"
 

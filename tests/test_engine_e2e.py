@@ -43,7 +43,7 @@ def sim_stack(tmp_path: Path) -> Iterator[object]:
     if reason:
         pytest.skip(reason)
     from pulumi import automation as auto
-    from sim.api import ensure_up
+    from sim.stack import ensure_up
 
     ensure_up()
     env = {"PULUMI_CONFIG_PASSPHRASE": "sim-e2e", "PULUMI_BACKEND_URL": f"file://{tmp_path}"}

@@ -25,6 +25,11 @@ LABEL_PREFIX = "ai.sparkvllm"
 # Ray's session dir, shared by the head container and the model server (raylet discovery).
 RAY_TMP_ON_HOST = "/tmp/sparkvllm-ray"
 RAY_TMP_IN_CONTAINER = "/tmp/ray"
+# vLLM's engine and its rank-0 worker (an actor in the Ray head container) talk over ZeroMQ
+# ipc:// sockets under VLLM_RPC_BASE_PATH: the server and the Ray containers must share it,
+# or the engine waits forever in MessageQueue.wait_until_ready (seen on the sim cluster).
+VLLM_RPC_ON_HOST = "/tmp/sparkvllm-vllm-rpc"
+VLLM_RPC_IN_CONTAINER = "/tmp/vllm-rpc"
 VLLM_CONFIG_ROOT = "/root/.config/vllm"
 
 
@@ -134,8 +139,17 @@ def _common(cfg: StackConfig, node: NodeConfig) -> dict[str, object]:
     }
 
 
-def _hf_mount(cfg: StackConfig) -> Mount:
-    return Mount(cfg.model.hf_cache, HF_HOME)
+def _mounts(cfg: StackConfig) -> tuple[Mount, ...]:
+    """HF cache (the Ray workers load the weights), Ray's session dir and vLLM's RPC dir."""
+    return (
+        Mount(cfg.model.hf_cache, HF_HOME),
+        Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER),
+        Mount(VLLM_RPC_ON_HOST, VLLM_RPC_IN_CONTAINER),
+    )
+
+
+def _env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
+    return {**node_env(cfg, node), "VLLM_RPC_BASE_PATH": VLLM_RPC_IN_CONTAINER}
 
 
 def _gcs_address(cfg: StackConfig) -> str:
@@ -163,9 +177,12 @@ def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
             node=node.name,
             role="ray-head",
             command=cmd,
-            env=node_env(cfg, node),
+            env=_env(cfg, node),
             labels=labels(stack, "ray-head", node.name),
-            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            mounts=_mounts(cfg),
+            # The model server (a Ray driver in its own container) finds the raylet by its
+            # process: Ray's containers and the server share the host PID namespace.
+            pid_mode="host",
             **_common(cfg, node),  # type: ignore[arg-type]
         )
     )
@@ -192,9 +209,12 @@ def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
             node=node.name,
             role="ray-worker",
             command=cmd,
-            env=node_env(cfg, node),
+            env=_env(cfg, node),
             labels=labels(stack, "ray-worker", node.name),
-            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            mounts=_mounts(cfg),
+            # The model server (a Ray driver in its own container) finds the raylet by its
+            # process: Ray's containers and the server share the host PID namespace.
+            pid_mode="host",
             **_common(cfg, node),  # type: ignore[arg-type]
         )
     )
@@ -262,7 +282,7 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
         f" && exec {shlex.join(vllm_serve_args(cfg))}"
     )
     env = {
-        **node_env(cfg, node),
+        **_env(cfg, node),
         **cfg.vllm.env,
         "RAY_ADDRESS": _gcs_address(cfg),
         "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
@@ -289,7 +309,7 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
             env=env,
             secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
             labels=labels(stack, "model-server", node.name),
-            mounts=(_hf_mount(cfg), Mount(RAY_TMP_ON_HOST, RAY_TMP_IN_CONTAINER)),
+            mounts=_mounts(cfg),
             pid_mode="host",
             # A crash loop on unified memory can wedge the host: retry a few times, then stop.
             restart="on-failure",

@@ -84,5 +84,11 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
             "fingerprint": image.fingerprint,
             "ids": image.image_ids,
         },
+        "model": {
+            "id": cfg.model.id,
+            "revision": cfg.model.revision,
+            "support": weights.support,
+            "weights_manifest": weights.manifest,
+        },
         "nodes": {name: node.facts for name, node in nodes.items()},
     }

@@ -18,6 +18,7 @@ how to honour rather than ignore it.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -114,7 +115,10 @@ class LocalExecutor(pulumi.runtime.Mocks):
             raise ExecutionError(f"{name}: only ssh:// docker hosts are supported, got {host}")
         userhost, _, port = host.removeprefix("ssh://").rpartition(":")
         user, _, hostname = userhost.rpartition("@")
-        target = SshTarget(user, hostname, int(port), tuple(inputs.get("sshOpts") or ()))
+        opts = inputs.get("sshOpts") or []
+        if isinstance(opts, str):  # provider config crosses the wire as a JSON string
+            opts = json.loads(opts)
+        target = SshTarget(user, hostname, int(port), tuple(opts))
         pid = f"{name}-provider"
         self._providers[pid] = target
         return pid, inputs, target

@@ -43,6 +43,7 @@ def sim_stack(tmp_path: Path) -> Iterator[object]:
     if reason:
         pytest.skip(reason)
     from pulumi import automation as auto
+
     from sim.stack import ensure_up
 
     ensure_up()

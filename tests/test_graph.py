@@ -374,3 +374,11 @@ def test_server_is_bound_to_the_ray_containers_it_started_on(spark_raw: dict[str
     server = run.by_name("model-server-container")
     labels = {lb["label"]: lb["value"] for lb in server.plain("labels")}
     assert labels[RAY_CLUSTER_LABEL] == ray_cluster_digest(ray_ids)
+
+
+def test_model_outputs(spark_raw: dict[str, Any]) -> None:
+    _, run = deployed(spark_raw)
+    model = run.outputs["model"]
+    assert model["id"] == "Qwen/Qwen3.5-122B-A10B-FP8"
+    assert model["support"]["vllm_version"] == "0.17.1rc1.dev25"
+    assert model["weights_manifest"] == "e" * 64

@@ -14,15 +14,11 @@ from components.gb10_node import GB10Node
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import model
-from sparkvllm.specs.commands import parse_kv
+from sparkvllm.specs.commands import parse_kv, same_on_every_node
 
 
 class ModelSupportError(Exception):
     """The image cannot serve the model."""
-
-
-class WeightsMismatchError(Exception):
-    """Nodes hold different weights for the model."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +94,7 @@ class ModelWeights(pulumi.ComponentResource):
                 for n, s in steps.items()
             }
         )
-        self.manifest = manifests.apply(_one_manifest)
+        self.manifest = manifests.apply(lambda m: same_on_every_node(m, "model weights differ"))
         # Resolves to every weight step once the manifests agree: the server waits on it.
         self.complete = [_after(self.manifest, step) for step in steps.values()]
         self.register_outputs({"support": self.support, "manifest": self.manifest})
@@ -107,11 +103,3 @@ class ModelWeights(pulumi.ComponentResource):
 def _after(gate: pulumi.Output[str], step: pulumi.Resource) -> pulumi.Output[pulumi.Resource]:
     """`step`, resolved only once `gate` resolved (an apply that raises blocks it)."""
     return gate.apply(lambda _: step)
-
-
-def _one_manifest(by_node: dict[str, str]) -> str:
-    distinct = set(by_node.values())
-    if len(distinct) != 1 or "" in distinct:
-        detail = ", ".join(f"{n}={m[:12] or 'missing'}" for n, m in sorted(by_node.items()))
-        raise WeightsMismatchError(f"model weights differ across nodes: {detail}")
-    return distinct.pop()

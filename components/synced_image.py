@@ -13,7 +13,7 @@ import pulumi_docker as docker
 from components.adapters import remote_command
 from components.gb10_node import GB10Node
 from sparkvllm.config import StackConfig
-from sparkvllm.specs.commands import image_obtain, image_sync, parse_kv
+from sparkvllm.specs.commands import image_obtain, image_sync, parse_kv, same_on_every_node
 
 
 @dataclass(frozen=True)
@@ -22,10 +22,6 @@ class SyncedImageArgs:
     nodes: Mapping[str, GB10Node]
     host_keys: Mapping[str, str | None]
     private_key: pulumi.Output[str]
-
-
-class ImageMismatchError(Exception):
-    """Nodes hold different images under the same reference."""
 
 
 class SyncedImage(pulumi.ComponentResource):
@@ -83,7 +79,7 @@ class SyncedImage(pulumi.ComponentResource):
                 for n, s in steps.items()
             }
         )
-        self.fingerprint = fingerprints.apply(_one_fingerprint)
+        self.fingerprint = fingerprints.apply(lambda f: same_on_every_node(f, "image differs"))
         self.transferred = pulumi.Output.all(
             **{
                 n: s.stdout.apply(lambda out: parse_kv(out).get("transferred") == "1")
@@ -105,11 +101,3 @@ class SyncedImage(pulumi.ComponentResource):
     def image_on(self, node: str) -> pulumi.Output[str]:
         """The image ID to run on `node`: only known once the image is there."""
         return self.remote_images[node].image_id
-
-
-def _one_fingerprint(by_node: dict[str, str]) -> str:
-    distinct = set(by_node.values())
-    if len(distinct) != 1 or "" in distinct:
-        detail = ", ".join(f"{n}={fp[:12] or 'missing'}" for n, fp in sorted(by_node.items()))
-        raise ImageMismatchError(f"image differs across nodes: {detail}")
-    return distinct.pop()

@@ -187,6 +187,23 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     )
 
 
+class NodesDisagreeError(Exception):
+    """Nodes report different values for something that must be the same everywhere."""
+
+
+def same_on_every_node(by_node: dict[str, str], subject: str) -> str:
+    """The one value every node reported, else NodesDisagreeError naming each node's.
+
+    >>> same_on_every_node({"spark-1": "ab", "spark-2": "ab"}, "image differs")
+    'ab'
+    """
+    distinct = set(by_node.values())
+    if len(distinct) != 1 or "" in distinct:
+        detail = ", ".join(f"{n}={v[:12] or 'missing'}" for n, v in sorted(by_node.items()))
+        raise NodesDisagreeError(f"{subject} across nodes: {detail}")
+    return distinct.pop()
+
+
 def parse_kv(stdout: str) -> dict[str, str]:
     """`key=value` lines of a command's output (later lines win)."""
     out: dict[str, str] = {}

@@ -17,7 +17,7 @@ from components.ray_worker import RayWorker
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import commands, containers
-from sparkvllm.specs.health import health_report
+from sparkvllm.specs.health import health_report, last_json
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,9 @@ class ModelServer(pulumi.ComponentResource):
             depends_on=[ray_ready, *drops, *args.weights.complete],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             extra_labels={
-                containers.RAY_CLUSTER_LABEL: pulumi.Output.all(*(c.id for c in cluster)).apply(
-                    containers.ray_cluster_digest
-                )
+                containers.RAY_CLUSTER_LABEL: pulumi.Output.all(
+                    ray_ready.stdout, *(c.id for c in cluster)
+                ).apply(lambda v: containers.ray_cluster_digest(v[1:], last_json(v[0])))
             },
             resource_name=f"{name}-container",
         )

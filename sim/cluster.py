@@ -211,6 +211,21 @@ class Cluster:
         self.paths.model_json.write_text(json.dumps(hub_model.describe(), indent=2) + "\n")
 
     def _already_up(self, existing: Existing, nodes: list[NodeSpec]) -> list[dict[str, object]]:
+        wanted = {n.container for n in nodes}
+        if (
+            existing.network
+            and set(existing.containers) == wanted
+            and not is_complete(existing, nodes)
+        ):
+            # Our own nodes, stopped (the engine restarted, e.g. a new CI run on this
+            # machine): start them again; their volumes still hold their images.
+            with self.timer.step("restart stopped nodes"):
+                for node in nodes:
+                    if existing.containers[node.container] != "running":
+                        self.runner.run([DOCKER, "start", node.container])
+                for node in nodes:
+                    self._wait_for_node(node)
+            existing = find_existing(self.runner)
         if is_complete(existing, nodes):
             self.say(f"sim: already up with {len(nodes)} node(s); nothing to do")
             host_keys = {

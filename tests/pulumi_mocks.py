@@ -176,6 +176,7 @@ class NodeAnswers(pulumi.runtime.Mocks):
                     "unexpected": [],
                     "complete": True,
                     "ray_version": "2.60.0",
+                    "node_ids": [f"raylet-{n.name}" for n in cfg.nodes],
                 }
             )
         if name == "model-server-health":

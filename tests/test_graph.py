@@ -373,7 +373,11 @@ def test_server_is_bound_to_the_ray_containers_it_started_on(spark_raw: dict[str
     ]
     server = run.by_name("model-server-container")
     labels = {lb["label"]: lb["value"] for lb in server.plain("labels")}
-    assert labels[RAY_CLUSTER_LABEL] == ray_cluster_digest(ray_ids)
+    members = json.loads(
+        NodeAnswers(load_stack_config(spark_raw)).stdout_for("model-server-ray-ready")
+    )
+    assert labels[RAY_CLUSTER_LABEL] == ray_cluster_digest(ray_ids, members)
+    assert ray_cluster_digest(ray_ids, {"node_ids": ["restarted"]}) != labels[RAY_CLUSTER_LABEL]
 
 
 def test_model_outputs(spark_raw: dict[str, Any]) -> None:

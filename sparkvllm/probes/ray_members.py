@@ -31,6 +31,9 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
         ],
         "missing": missing,
         "unexpected": unexpected,
+        # Raylet IDs change when a Ray process restarts (head restart, worker rejoin): the
+        # model server is bound to the exact set it started on.
+        "node_ids": sorted(n.get("NodeID", "") for n in alive),
         "complete": not missing and gpus >= expected_gpus,
     }
 

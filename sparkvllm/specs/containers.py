@@ -94,13 +94,18 @@ class ContainerSpec:
 
 
 SPEC_LABEL = f"{LABEL_PREFIX}.spec"
-# On the model server: a digest of the Ray containers it was started on. Replacing any of
-# them kills vLLM's Ray workers, so the server must be replaced too (a label change does).
+# On the model server: a digest of the Ray cluster it was started on (the Ray containers
+# and the raylets Ray reported). Replacing a Ray container or restarting a raylet kills
+# vLLM's Ray workers, so the server must be replaced too: a label change does that.
 RAY_CLUSTER_LABEL = f"{LABEL_PREFIX}.ray-cluster"
 
 
-def ray_cluster_digest(container_ids: list[str]) -> str:
-    return hashlib.sha256(",".join(sorted(container_ids)).encode()).hexdigest()[:16]
+def ray_cluster_digest(container_ids: list[str], members: dict[str, object]) -> str:
+    """`members` is the ray_members probe's report (its `node_ids`)."""
+    node_ids = members.get("node_ids") or []
+    assert isinstance(node_ids, list)
+    parts = [*sorted(container_ids), "|", *sorted(str(i) for i in node_ids)]
+    return hashlib.sha256(",".join(parts).encode()).hexdigest()[:16]
 
 
 def spec_digest(spec: ContainerSpec) -> str:

@@ -138,7 +138,11 @@ class LocalExecutor(pulumi.runtime.Mocks):
                 fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
                 with os.fdopen(fd, "w") as f:
                     f.write(conn["privateKey"])
-        opts = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        # Like pulumi-command's per_dial_timeout: a node that does not answer (down, frozen)
+        # fails within seconds instead of hanging the apply.
+        opts = ["-i", str(key), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=4"]  # fmt: skip
         if conn.get("hostKey"):
             kh = self._keydir / f"known_hosts-{host}-{port}"
             target = host if port == 22 else f"[{host}]:{port}"

@@ -36,7 +36,8 @@ class SshTarget:
 def node_target(node: NodeConfig, identity_file: str, known_hosts_file: str) -> SshTarget:
     """ssh to `node` the way the docker provider does (same key and host-key policy)."""
     opts = ["-i", identity_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=15"]  # fmt: skip
+            "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15",
+            "-o", "ServerAliveCountMax=4"]  # fmt: skip
     if node.ssh.verify_host_key:
         opts += ["-o", f"UserKnownHostsFile={known_hosts_file}", "-o", "StrictHostKeyChecking=yes"]
     else:

@@ -183,6 +183,12 @@ class Cluster:
         with self.timer.step("docker engine"):
             ensure_engine(self.runner, self.paths, self.say)
         existing = find_existing(self.runner)
+        if not existing.empty and not self._state_here(nodes):
+            # Nodes made from another checkout (e.g. CI's fresh clone): their keys are not
+            # in this .sim/, so this checkout cannot reach them. Recreate from here.
+            self.say("sim: the running simulation was made from another checkout; recreating")
+            self.down()
+            existing = find_existing(self.runner)
         if not existing.empty:
             return self._already_up(existing, nodes)
         self.paths.root.mkdir(parents=True, exist_ok=True)
@@ -209,6 +215,12 @@ class Cluster:
         """nodes.json (the node table) and model.json (what every node has in its cache)."""
         self.paths.nodes_json.write_text(json.dumps(table, indent=2) + "\n")
         self.paths.model_json.write_text(json.dumps(hub_model.describe(), indent=2) + "\n")
+
+    def _state_here(self, nodes: list[NodeSpec]) -> bool:
+        """Whether this checkout's .sim/ holds the keys of the nodes that are running."""
+        needed = [self.paths.client_key, self.paths.nodes_json]
+        needed += [self.paths.host_key_pub(n.name) for n in nodes]
+        return all(p.exists() for p in needed)
 
     def _already_up(self, existing: Existing, nodes: list[NodeSpec]) -> list[dict[str, object]]:
         wanted = {n.container for n in nodes}

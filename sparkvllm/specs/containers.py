@@ -161,29 +161,27 @@ def _gcs_address(cfg: StackConfig) -> str:
     return f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
 
 
-def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
-    """`ray start --head --block` on the head node, bound to its cluster-link address."""
-    node = cfg.head_node
+def _ray_container(
+    cfg: StackConfig, stack: str, node: NodeConfig, name: str, role: str, args: list[str]
+) -> ContainerSpec:
+    """`ray start --block ARGS` bound to `node`'s own cluster address, with its own env."""
     cmd = (
         "ray",
         "start",
-        "--head",
         "--block",
-        f"--port={cfg.ports.ray_gcs}",
+        *args,
         f"--node-ip-address={node.cluster_link.address}",
-        "--dashboard-host=0.0.0.0",
-        f"--dashboard-port={cfg.ports.ray_dashboard}",
         f"--num-gpus={node.gpus}",
         "--disable-usage-stats",
     )
     return _labelled(
         ContainerSpec(
-            name=container_name(stack, "ray-head"),
+            name=name,
             node=node.name,
-            role="ray-head",
+            role=role,
             command=cmd,
             env=_env(cfg, node),
-            labels=labels(stack, "ray-head", node.name),
+            labels=labels(stack, role, node.name),
             mounts=_mounts(cfg),
             # The model server (a Ray driver in its own container) finds the raylet by its
             # process: Ray's containers and the server share the host PID namespace.
@@ -191,6 +189,18 @@ def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
             **_common(cfg, node),  # type: ignore[arg-type]
         )
     )
+
+
+def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
+    """`ray start --head --block` on the head node, bound to its cluster-link address."""
+    args = [
+        "--head",
+        f"--port={cfg.ports.ray_gcs}",
+        "--dashboard-host=0.0.0.0",
+        f"--dashboard-port={cfg.ports.ray_dashboard}",
+    ]
+    node = cfg.head_node
+    return _ray_container(cfg, stack, node, container_name(stack, "ray-head"), "ray-head", args)
 
 
 def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
@@ -199,30 +209,8 @@ def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
     Its env carries this node's own interface values; Ray workers spawned here inherit
     them, and NON_CARRY_OVER stops vLLM from overwriting them with the head's.
     """
-    cmd = (
-        "ray",
-        "start",
-        "--block",
-        f"--address={_gcs_address(cfg)}",
-        f"--node-ip-address={node.cluster_link.address}",
-        f"--num-gpus={node.gpus}",
-        "--disable-usage-stats",
-    )
-    return _labelled(
-        ContainerSpec(
-            name=container_name(stack, "ray-worker", node.name),
-            node=node.name,
-            role="ray-worker",
-            command=cmd,
-            env=_env(cfg, node),
-            labels=labels(stack, "ray-worker", node.name),
-            mounts=_mounts(cfg),
-            # The model server (a Ray driver in its own container) finds the raylet by its
-            # process: Ray's containers and the server share the host PID namespace.
-            pid_mode="host",
-            **_common(cfg, node),  # type: ignore[arg-type]
-        )
-    )
+    name = container_name(stack, "ray-worker", node.name)
+    return _ray_container(cfg, stack, node, name, "ray-worker", [f"--address={_gcs_address(cfg)}"])
 
 
 def vllm_serve_args(cfg: StackConfig) -> list[str]:

@@ -99,6 +99,7 @@ def ensure_model(runner: Runner, paths: StatePaths, vllm_image: str) -> HubModel
     cached = read_hub_model(repo_dir)
     if cached is not None:
         return cached
+    paths.cache_dir.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no cache yet
     with tempfile.TemporaryDirectory(prefix="model-", dir=paths.cache_dir) as tmp:
         flat, staged = Path(tmp) / "flat", Path(tmp) / repo_dir.name
         flat.mkdir()

@@ -191,7 +191,8 @@ class Cluster:
             existing = find_existing(self.runner)
         if not existing.empty:
             return self._already_up(existing, nodes)
-        self.paths.root.mkdir(parents=True, exist_ok=True)
+        for folder in (self.paths.root, self.paths.cache_dir, self.paths.logs_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         self._preflight(nodes, subnet)
         host_keys = keys.ensure_node_keys(self.runner, self.paths, nodes)
         images = build.ensure_images(self.runner, self.paths, self.timer)

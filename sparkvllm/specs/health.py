@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sparkvllm.specs.commands import parse_kv
+
 
 def last_json(stdout: str) -> dict[str, Any]:
     """The last line of a probe's output that parses as a JSON object ({} if none)."""
@@ -42,14 +44,5 @@ def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict
         },
         "smoke": smoke,
         "metrics": server.get("metrics", {}),
-        "nccl_transport": _kv(server_stdout).get("nccl_transport", "unknown"),
+        "nccl_transport": parse_kv(server_stdout).get("nccl_transport", "unknown"),
     }
-
-
-def _kv(stdout: str) -> dict[str, str]:
-    out = {}
-    for line in stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.isidentifier():
-            out[key] = value.strip()
-    return out

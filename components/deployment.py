@@ -16,7 +16,8 @@ from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
-from sparkvllm.workstation import SshAccess
+from sparkvllm.specs import versions
+from sparkvllm.workstation import SshAccess, workstation_versions
 
 
 def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
@@ -43,7 +44,7 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
     )
     head = RayHead(
         "ray-head",
-        RayHeadArgs(cfg=cfg, stack=stack, node=nodes[cfg.head], image=image, weights=weights),
+        RayHeadArgs(cfg=cfg, stack=stack, node=nodes[cfg.head], image=image),
     )
     workers = [
         RayWorker(
@@ -83,12 +84,23 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
             "ref": cfg.image.ref,
             "fingerprint": image.fingerprint,
             "ids": image.image_ids,
+            "versions": image.versions,
         },
         "model": {
             "id": cfg.model.id,
             "revision": cfg.model.revision,
-            "support": weights.support,
+            "support": image.support,
             "weights_manifest": weights.manifest,
         },
         "nodes": {name: node.facts for name, node in nodes.items()},
+        "ray_client": image.versions.apply(_ray_client),
     }
+
+
+def _ray_client(cluster: dict[str, str]) -> dict[str, object]:
+    """Could a Ray Client on this workstation attach? Warned about, never required."""
+    here = workstation_versions()
+    problem = versions.ray_client_compatibility(cluster, here)
+    if problem and here.get("ray"):
+        pulumi.log.warn(problem)
+    return {"compatible": not problem, "workstation": here, "detail": problem}

@@ -1,6 +1,7 @@
-"""ModelWeights: the image implements the model (checked before anything starts), and the
-weights are on every node: downloaded once on the head and copied over the cluster link
-(or downloaded by each node), verified by the manifest of the resolved files."""
+"""ModelWeights: the weights on every node, downloaded once on the head (after the image
+was found to implement the model) and copied over the cluster link, or downloaded by each
+node; complete (no file of the snapshot or its weight index missing) and verified by the
+manifest of the resolved files."""
 
 from __future__ import annotations
 
@@ -17,10 +18,6 @@ from sparkvllm.specs import model
 from sparkvllm.specs.commands import parse_kv, same_on_every_node
 
 
-class ModelSupportError(Exception):
-    """The image cannot serve the model."""
-
-
 @dataclass(frozen=True)
 class ModelWeightsArgs:
     cfg: StackConfig
@@ -31,11 +28,8 @@ class ModelWeightsArgs:
 
 
 class ModelWeights(pulumi.ComponentResource):
-    """Outputs: `support` (vLLM version, architectures, where each is implemented),
-    `manifest` (one hash of the resolved weight files, equal on every node), `supported`
-    (the check resource, resolved only when the image supports the model)."""
+    """Output: `manifest` (one hash of the resolved weight files, equal on every node)."""
 
-    supported: pulumi.Output[pulumi.Resource]
     complete: list[pulumi.Output[pulumi.Resource]]
 
     def __init__(
@@ -44,24 +38,6 @@ class ModelWeights(pulumi.ComponentResource):
         super().__init__("sparkvllm:index:ModelWeights", name, None, opts)
         cfg = args.cfg
         head = args.nodes[cfg.head]
-        check = remote_command(
-            model.model_support(cfg),
-            connection=head.connection,
-            parent=self,
-            secrets={},
-            depends_on=[args.image.remote_images[cfg.head]],
-            triggers=[args.image.fingerprint, cfg.model.id, cfg.model.revision],
-            resource_name=f"{name}-support-{cfg.head}",
-        )
-
-        def validated(stdout: str) -> dict[str, object]:
-            problems = model.check_model_support(cfg, stdout)
-            if problems:
-                raise ModelSupportError("model check failed:\n  - " + "\n  - ".join(problems))
-            return model.describe(stdout)
-
-        self.support = check.stdout.apply(validated)
-        self.supported = self.support.apply(lambda _: check)
         each = cfg.model.distribution == "download_on_each_node"
         downloaders = cfg.nodes if each else [cfg.head_node]
         steps = {
@@ -70,7 +46,7 @@ class ModelWeights(pulumi.ComponentResource):
                 connection=args.nodes[n.name].connection,
                 parent=self,
                 secrets={},
-                depends_on=[self.supported, args.image.remote_images[n.name]],
+                depends_on=[args.image.supported, args.image.remote_images[n.name]],
                 triggers=[cfg.model.id, cfg.model.revision],
                 resource_name=f"{name}-download-{n.name}",
             )
@@ -97,7 +73,7 @@ class ModelWeights(pulumi.ComponentResource):
         self.manifest = manifests.apply(lambda m: same_on_every_node(m, "model weights differ"))
         # Resolves to every weight step once the manifests agree: the server waits on it.
         self.complete = [_after(self.manifest, step) for step in steps.values()]
-        self.register_outputs({"support": self.support, "manifest": self.manifest})
+        self.register_outputs({"manifest": self.manifest})
 
 
 def _after(gate: pulumi.Output[str], step: pulumi.Resource) -> pulumi.Output[pulumi.Resource]:

@@ -8,7 +8,6 @@ import pulumi
 
 from components.adapters import container
 from components.gb10_node import GB10Node
-from components.model_weights import ModelWeights
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import containers
@@ -20,7 +19,6 @@ class RayHeadArgs:
     stack: str
     node: GB10Node
     image: SyncedImage
-    weights: ModelWeights
 
 
 class RayHead(pulumi.ComponentResource):
@@ -38,7 +36,7 @@ class RayHead(pulumi.ComponentResource):
             provider=args.node.provider,
             parent=self,
             # Nothing starts before the image is known to implement the model.
-            depends_on=[args.node.preflight, args.weights.supported],
+            depends_on=[args.node.preflight, args.image.supported],
             resource_name=f"{name}-container",
         )
         self.gcs_address = pulumi.Output.from_input(

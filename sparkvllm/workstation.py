@@ -1,15 +1,18 @@
 """Workstation side: read the key files the config names, and write what `ssh` needs.
 
-The only local I/O of the program. pulumi-docker reaches a node through the workstation's
-`ssh` binary, which wants an identity FILE and a known_hosts FILE; both are written on
-every run (preview included), so a fresh CI runner can refresh an existing stack. Files
-are 0600 in a 0700 directory under ~/.cache/spark-vllm/<stack>/ (override with
-SPARKVLLM_STATE_DIR). The private key never leaves that file and Pulumi secrets.
+The only local I/O of the program (plus reading which Ray the workstation has).
+pulumi-docker reaches a node through the workstation's `ssh` binary, which wants an
+identity FILE and a known_hosts FILE; both are written on every run (preview included), so
+a fresh CI runner can refresh an existing stack. Files are 0600 in a 0700 directory under
+~/.cache/spark-vllm/<stack>/ (override with SPARKVLLM_STATE_DIR). The private key never
+leaves that file and Pulumi secrets.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,15 @@ class SshAccess:
     known_hosts_file: str
     host_keys: dict[str, str | None]
     private_key: str = field(repr=False)
+
+
+def workstation_versions() -> dict[str, str]:
+    """Python and Ray versions of the interpreter running the program ("" if no ray)."""
+    try:
+        ray = importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        ray = ""
+    return {"python": platform.python_version(), "ray": ray}
 
 
 def state_dir(stack: str) -> Path:

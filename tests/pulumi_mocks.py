@@ -123,6 +123,9 @@ def healthy_links(cfg: StackConfig, node: NodeConfig) -> str:
     return "\n".join(lines)
 
 
+IMAGE_VERSIONS = {"python": "3.12.3", "ray": "2.60.0", "torch": "2.9.0", "vllm": "0.17.1"}
+
+
 @dataclass
 class NodeAnswers(pulumi.runtime.Mocks):
     """What each remote command prints, by resource name. Override any entry."""
@@ -131,6 +134,7 @@ class NodeAnswers(pulumi.runtime.Mocks):
     overrides: dict[str, str] = field(default_factory=dict)
     fingerprint: Callable[[str], str] = lambda node: "f" * 64
     manifest: Callable[[list[str]], str] = lambda node: "e" * 64
+    versions: Callable[[str], dict[str, str]] = lambda node: dict(IMAGE_VERSIONS)
 
     def stdout_for(self, name: str) -> str:
         if name in self.overrides:
@@ -144,7 +148,9 @@ class NodeAnswers(pulumi.runtime.Mocks):
             if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
                 fp = self.fingerprint(n.name)
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
-        if name == f"model-support-{cfg.head}":
+            if name == f"image-versions-{n.name}":
+                return json.dumps(self.versions(n.name))
+        if name == f"image-support-{cfg.head}":
             return json.dumps(
                 {
                     "model": cfg.model.id,

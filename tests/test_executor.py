@@ -46,8 +46,10 @@ class FakeNodes:
             and "fingerprint" in command
         ):
             stdout = self.answers.stdout_for("image-obtain-spark-1")
+        elif "def versions" in (stdin or ""):
+            stdout = self.answers.stdout_for("image-versions-spark-1")
         elif "def model_architectures" in (stdin or ""):
-            stdout = self.answers.stdout_for("model-support-spark-1")
+            stdout = self.answers.stdout_for("image-support-spark-1")
         elif "manifest()" in command:
             stdout = self.answers.stdout_for("model-sync-spark-2")
         elif "def summarize" in (stdin or ""):

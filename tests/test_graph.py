@@ -12,7 +12,7 @@ import pytest
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.workstation import prepare_ssh_access
 from tests.conftest import ROOT, TEST_API_KEY, TEST_PRIVATE_KEY
-from tests.pulumi_mocks import NodeAnswers, Run, run_program
+from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers, Run, run_program
 
 CONTAINER = "docker:index/container:Container"
 COMMAND = "command:remote:Command"
@@ -33,9 +33,11 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
         (f"image-{head}", f"image-obtain-{head}"),
         ("ray-head-container", f"image-{head}"),
         ("ray-head-container", f"{head}-facts"),
-        (f"model-support-{head}", f"image-{head}"),
-        ("ray-head-container", f"model-support-{head}"),
-        (f"model-download-{head}", f"model-support-{head}"),
+        (f"image-support-{head}", f"image-{head}"),
+        ("ray-head-container", f"image-support-{head}"),
+        (f"image-versions-{head}", f"image-{head}"),
+        ("ray-head-container", f"image-versions-{head}"),
+        (f"model-download-{head}", f"image-support-{head}"),
         ("model-server-container", f"model-download-{head}"),
         ("model-server-ray-ready", "ray-head-container"),
         ("model-server-container", "model-server-ray-ready"),
@@ -47,7 +49,10 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
         arrows += [
             (f"image-sync-{w}", f"image-obtain-{head}"),
             (f"image-sync-{w}", f"{w}-facts"),
+            (f"image-sync-{w}", f"image-support-{head}"),
             (f"image-{w}", f"image-sync-{w}"),
+            (f"image-versions-{w}", f"image-{w}"),
+            ("ray-head-container", f"image-versions-{w}"),
             (f"ray-worker-{w}-container", f"image-{w}"),
             (f"ray-worker-{w}-container", f"{w}-facts"),
             (f"ray-worker-{w}-container", "ray-head-container"),
@@ -73,8 +78,9 @@ def raw(request: pytest.FixtureRequest, spark_raw: dict[str, Any]) -> dict[str, 
 def test_every_arrow_of_the_graph_is_a_real_dependency(raw: dict[str, Any]) -> None:
     cfg, run = deployed(raw)
     assert missing_arrows(cfg, run) == []
-    # The wiring is not accidental: nothing on the head waits for what it doesn't need.
-    assert not run.depends("ray-head-container", f"image-{cfg.worker_nodes[0].name}")
+    # The wiring is not accidental: the model check on the head runs before any stream.
+    for w in cfg.worker_nodes:
+        assert not run.depends(f"image-support-{cfg.head}", f"image-sync-{w.name}")
 
 
 @pytest.mark.parametrize(
@@ -314,7 +320,7 @@ def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: P
 def test_an_image_without_the_model_stops_before_any_container(spark_raw: dict[str, Any]) -> None:
     cfg = load_stack_config(spark_raw)
     answers = NodeAnswers(cfg)
-    answers.overrides["model-support-spark-1"] = json.dumps(
+    answers.overrides["image-support-spark-1"] = json.dumps(
         {
             "vllm_found": True,
             "vllm_version": "0.16.0",
@@ -322,17 +328,61 @@ def test_an_image_without_the_model_stops_before_any_container(spark_raw: dict[s
             "architectures": ["Qwen3_5MoeForConditionalGeneration"],
         }
     )
-    monitor_names: list[str] = []
+    created = _record_creations(answers)
+    with pytest.raises(Exception, match=r"has vLLM 0.16.0, which does not implement Qwen3_5Moe"):
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+    assert CONTAINER not in {typ for typ, _ in created}
+    # Found on the head before the image is streamed anywhere or weights are fetched.
+    assert not [
+        name
+        for _, name in created
+        if name.startswith(("image-sync-", "model-download-", "model-sync-"))
+    ]
+
+
+def _record_creations(answers: NodeAnswers) -> list[tuple[str, str]]:
+    """(type, name) of every resource the mocks create, in order."""
+    created: list[tuple[str, str]] = []
     original = answers.new_resource
 
     def recording(args: Any) -> Any:
-        monitor_names.append(args.typ)
+        created.append((args.typ, args.name))
         return original(args)
 
     answers.new_resource = recording  # type: ignore[method-assign]
-    with pytest.raises(Exception, match=r"has vLLM 0.16.0, which does not implement Qwen3_5Moe"):
+    return created
+
+
+def test_versions_that_differ_across_nodes_stop_before_any_container(
+    spark_raw: dict[str, Any],
+) -> None:
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(
+        cfg,
+        versions=lambda node: {
+            **IMAGE_VERSIONS,
+            "ray": "2.54.0" if node == "spark-2" else "2.60.0",
+        },
+    )
+    created = _record_creations(answers)
+    with pytest.raises(Exception, match=r"ray: spark-1=2\.60\.0, spark-2=2\.54\.0"):
         run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
-    assert CONTAINER not in monitor_names
+    assert CONTAINER not in {typ for typ, _ in created}
+    assert ("command:remote:Command", "image-versions-spark-2") in created
+
+
+def test_ray_client_output_compares_the_workstation_with_the_cluster(
+    spark_raw: dict[str, Any],
+) -> None:
+    import platform
+
+    _, run = deployed(spark_raw)
+    assert run.outputs["image"]["versions"] == IMAGE_VERSIONS
+    client = run.outputs["ray_client"]
+    assert client["workstation"]["python"] == platform.python_version()
+    # This venv has Python 3.11 and the fixture cluster 3.12: a Ray Client could not attach.
+    assert client["compatible"] is False
+    assert "python 3.11" in client["detail"] and "3.12.3 on the cluster" in client["detail"]
 
 
 def test_weights_that_differ_across_nodes_fail(spark_raw: dict[str, Any]) -> None:

@@ -511,3 +511,157 @@ def test_nccl_transport_is_read_from_the_server_logs(
     assert out.stdout.strip() == f"nccl_transport={transport}"
     report = health_report("", '{"ready": true}\n' + out.stdout, "m")
     assert report["nccl_transport"] == transport
+
+
+def _hf_snapshot(root: Any, files: dict[str, bytes], index: list[str] | None = None) -> Any:
+    """An HF hub cache under `root` for Qwen/Qwen3.5-122B-A10B-FP8@main: blobs + links."""
+    repo = root / "hub" / "models--Qwen--Qwen3.5-122B-A10B-FP8"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    if index is not None:
+        files = {
+            **files,
+            "model.safetensors.index.json": json.dumps(
+                {"weight_map": {f"layer.{i}.w": f for i, f in enumerate(index)}}
+            ).encode(),
+        }
+    for i, (name, data) in enumerate(files.items()):
+        (blobs / f"b{i}").write_bytes(data)
+        (snap / name).symlink_to(blobs / f"b{i}")
+    return snap
+
+
+def _download(cfg_raw: dict[str, Any], hf: Any) -> subprocess.CompletedProcess[str]:
+    from sparkvllm.specs.model import weights_download
+
+    raw = copy.deepcopy(cfg_raw)
+    raw["model"].update(hf_cache=str(hf), offline=True)
+    c = load_stack_config(raw)
+    return subprocess.run(
+        ["bash", "-c", weights_download(c, c.nodes[0]).create], capture_output=True, text=True
+    )
+
+
+WEIGHT_GAP_CASES = [
+    ("complete", [], None, ""),
+    (
+        "blob of a shard missing",
+        ["model-00002-of-00002.safetensors"],
+        None,
+        "Missing: model-00002-of-00002.safetensors",
+    ),
+    ("config.json missing", ["config.json"], None, "Missing: config.json"),
+    (
+        "shard named by the index absent",
+        [],
+        ["model-00003-of-00003.safetensors"],
+        "Missing: model-00003-of-00003.safetensors",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("remove_blobs", "extra_index", "expected"),
+    [c[1:] for c in WEIGHT_GAP_CASES],
+    ids=[c[0] for c in WEIGHT_GAP_CASES],
+)
+def test_weights_download_finds_what_an_offline_snapshot_lacks(
+    spark_raw: dict[str, Any],
+    tmp_path: Any,
+    remove_blobs: list[str],
+    extra_index: list[str] | None,
+    expected: str,
+) -> None:
+    """The real command on a real HF layout (offline: it never starts a container)."""
+    shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    files = {"config.json": b"{}", **{s: b"w" * 100 for s in shards}}
+    snap = _hf_snapshot(tmp_path / "hf", files, index=shards + (extra_index or []))
+    for name in remove_blobs:
+        (snap / name).resolve().unlink()
+    out = _download(spark_raw, tmp_path / "hf")
+    if not expected:
+        assert out.returncode == 0, out.stderr
+        kv = commands.parse_kv(out.stdout)
+        assert kv["files"] == "4" and len(kv["manifest"]) == 64
+    else:
+        assert out.returncode == 1
+        assert "model Qwen/Qwen3.5-122B-A10B-FP8@main in" in out.stderr
+        assert "on spark-1 is incomplete and model.offline is true" in out.stderr
+        assert expected in out.stderr
+
+
+# --- versions across nodes and the workstation ---------------------------------------------
+
+GOOD = {"python": "3.12.3", "ray": "2.60.0", "torch": "2.9.0", "vllm": "0.17.1"}
+
+
+def test_versions_agree(cfg: StackConfig) -> None:
+    from sparkvllm.specs.versions import agreed_versions
+
+    out = {"spark-1": "noise\n" + json.dumps(GOOD), "spark-2": json.dumps(GOOD)}
+    assert agreed_versions(cfg, out) == GOOD
+
+
+@pytest.mark.parametrize(
+    ("spark2", "message"),
+    [
+        (
+            {"ray": "2.54.0"},
+            "versions differ across nodes: ray: spark-1=2.60.0, spark-2=2.54.0; fix:",
+        ),
+        (
+            {"vllm": "0.16.0", "python": "3.11.9"},
+            "python: spark-1=3.12.3, spark-2=3.11.9; vllm: spark-1=0.17.1, spark-2=0.16.0",
+        ),
+        (
+            {"ray": ""},
+            "image versions: spark-2: image hellohal2064/vllm-qwen3.5-gb10:latest has no ray",
+        ),
+    ],
+)
+def test_versions_that_differ_name_each_node(
+    cfg: StackConfig, spark2: dict[str, str], message: str
+) -> None:
+    from sparkvllm.specs.versions import agreed_versions
+
+    out = {"spark-1": json.dumps(GOOD), "spark-2": json.dumps({**GOOD, **spark2})}
+    with pytest.raises(commands.NodesDisagreeError) as err:
+        agreed_versions(cfg, out)
+    assert message in str(err.value)
+
+
+def test_versions_probe_reads_metadata_here() -> None:
+    """The probe itself, run by this interpreter: reports Python, and Ray (a dependency)."""
+    import platform
+    import sys
+    from importlib.metadata import version
+
+    from sparkvllm.probes import script
+
+    out = subprocess.run(
+        [sys.executable, "-"], input=script("image_versions"), capture_output=True, text=True
+    )
+    report = json.loads(out.stdout)
+    assert report["python"] == platform.python_version()
+    assert report["ray"] == version("ray")
+    assert set(report) == {"python", "ray", "torch", "vllm"}
+
+
+@pytest.mark.parametrize(
+    ("here", "problem"),
+    [
+        ({"python": "3.12.8", "ray": "2.60.0"}, ""),
+        ({"python": "3.11.7", "ray": "2.60.0"}, "python 3.11.7 here, 3.12.3 on the cluster"),
+        ({"python": "3.12.3", "ray": "2.54.0"}, "ray 2.54.0 here, 2.60.0 on the cluster"),
+        ({"python": "3.12.3", "ray": ""}, "no ray installed on the workstation"),
+    ],
+)
+def test_ray_client_compatibility(here: dict[str, str], problem: str) -> None:
+    from sparkvllm.specs.versions import ray_client_compatibility
+
+    found = ray_client_compatibility(GOOD, here)
+    assert (found == "") == (problem == "")
+    assert problem in found

@@ -34,7 +34,7 @@ def model_support(cfg: StackConfig) -> CommandSpec:
         + " ".join(shlex.quote(a) for a in args)
     )
     return CommandSpec(
-        name=f"model-support-{cfg.head}",
+        name=f"image-support-{cfg.head}",
         node=cfg.head,
         create=create,
         stdin=script("vllm_support"),
@@ -103,11 +103,37 @@ MANIFEST = (
 )
 
 
-def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
-    """Make the model's weights present in `node`'s HF cache (once; a no-op when present).
+# Files the snapshot needs but lacks, one per line: config.json, dangling symlinks (the
+# blob is missing: an interrupted download or a copy of the symlink layout only), and any
+# shard a weight index (*.index.json) names that is not there.
+INCOMPLETE = "\n".join(
+    [
+        "incomplete() {",
+        '  [ -f "$1/config.json" ] || echo config.json',
+        '  [ -d "$1" ] || return 0',
+        "  find \"$1\" -xtype l -printf '%P\\n'",
+        '  for idx in "$1"/*.index.json; do',
+        '    [ -f "$idx" ] || continue',
+        '    grep -o \'"[^"]*\\.\\(safetensors\\|bin\\)"\' "$idx" | tr -d \'"\' | sort -u |',
+        '      while read -r f; do [ -f "$1/$f" ] || echo "$f"; done || true',
+        "  done",
+        "}",
+    ]
+)
 
-    Downloads with the image's own huggingface_hub into the mounted cache. Offline: the
-    weights must already be there. Prints `manifest=`, `files=` and `bytes=` lines.
+
+# The first five gaps on one line (awk reads all input: no SIGPIPE under pipefail).
+GAPS = """gaps=$(incomplete "$snap" | awk 'NR <= 5' | tr '\\n' ' ')"""
+
+
+def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    """Make the model's weights complete in `node`'s HF cache (a no-op when they are).
+
+    Complete means config.json, every file the snapshot links to and every shard its
+    weight index names are there (see INCOMPLETE). Missing files are downloaded with the
+    image's own huggingface_hub into the mounted cache (it fetches only what is missing).
+    Offline, an incomplete snapshot is an error naming the missing files. Prints
+    `manifest=`, `files=` and `bytes=` lines.
     """
     m = cfg.model
     download = (
@@ -119,19 +145,28 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
         )
         + " >&2"
     )
-    missing = shlex.quote(
-        f"model {m.id}@{m.revision} is not in {m.hf_cache} on {node.name} and model.offline "
-        "is true; fix: put the weights there or set model.offline: false"
+    where = f"model {m.id}@{m.revision} in {m.hf_cache} on {node.name}"
+    offline = shlex.quote(
+        f"{where} is incomplete and model.offline is true; fix: complete the files there "
+        "(or set model.offline: false to let it download). Missing:"
     )
-    fetch = f"echo {missing} >&2; exit 1" if m.offline else download
+    still = shlex.quote(
+        f"{where} is still incomplete after the download; fix: check the revision and the "
+        "disk, then re-run. Missing:"
+    )
+    fetch = f"echo {offline} $gaps >&2; exit 1" if m.offline else download
     create = "\n".join(
         [
             "set -euo pipefail",
             MANIFEST,
+            INCOMPLETE,
             _snapshot_shell(cfg),
-            'if [ ! -f "$snap/config.json" ]; then',
+            GAPS,
+            'if [ -n "$gaps" ]; then',
             f"  {fetch}",
             f"  {_snapshot_shell(cfg)}",
+            f"  {GAPS}",
+            f'  [ -z "$gaps" ] || {{ echo {still} $gaps >&2; exit 1; }}',
             "fi",
             'echo manifest=$(manifest "$snap")',
             'echo files=$(find -L "$snap" -type f | wc -l)',

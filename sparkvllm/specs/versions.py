@@ -1,0 +1,98 @@
+"""The same Python, Ray, vLLM and torch on every node, and whether the workstation's Ray
+could talk to the cluster as a Ray Client.
+
+Pain points: a worker whose image differs from the head's (Ray refuses a raylet of another
+version; a vLLM mismatch fails deep inside the engine), and a workstation `ray` that does
+not match the cluster's. The program itself never uses a Ray Client: every Ray question is
+asked inside the head container with the image's own Ray (`probes/ray_members.py`), so its
+checks work whatever Ray the workstation has. The comparison is for operators who attach
+a Ray Client (`ray.init("ray://head:10001")`), which needs the same Ray version and the same
+Python major.minor on both sides (Ray compares exactly these since ray PR 42760).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.probes import script
+from sparkvllm.specs.commands import CommandSpec, NodesDisagreeError
+from sparkvllm.specs.health import last_json
+
+# What must be equal on every node. Python too: Ray pickles across the cluster.
+MUST_MATCH = ("python", "ray", "vllm", "torch")
+
+
+def image_versions(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    """Read the versions inside the image on `node` (a throwaway container, no GPU, no
+    network, nothing imported). Prints the probe's JSON line."""
+    return CommandSpec(
+        name=f"image-versions-{node.name}",
+        node=node.name,
+        create=(
+            f"docker run --rm -i --network none --entrypoint python3 {shlex.quote(cfg.image.ref)} -"
+        ),
+        stdin=script("image_versions"),
+        timeout_s=300,
+    )
+
+
+def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict[str, str]:
+    """The versions every node agrees on; NodesDisagreeError naming each node's otherwise,
+    or when the image lacks Ray or vLLM."""
+    reports = {n: last_json(out) for n, out in stdout_by_node.items()}
+    problems = []
+    for node, report in sorted(reports.items()):
+        if not report:
+            problems.append(f"{node}: the version probe printed nothing usable")
+            continue
+        for package in ("ray", "vllm"):
+            if not report.get(package):
+                problems.append(f"{node}: image {cfg.image.ref} has no {package} installed")
+    if problems:
+        raise NodesDisagreeError(
+            "image versions: " + "; ".join(problems) + "; fix: use an image with vLLM and Ray"
+        )
+    agreed: dict[str, str] = {}
+    for key in MUST_MATCH:
+        values = {n: str(r.get(key, "")) for n, r in reports.items()}
+        if len(set(values.values())) == 1:
+            agreed[key] = values.popitem()[1]
+        else:
+            detail = ", ".join(f"{n}={v or 'none'}" for n, v in sorted(values.items()))
+            problems.append(f"{key}: {detail}")
+    if problems:
+        raise NodesDisagreeError(
+            "versions differ across nodes: "
+            + "; ".join(problems)
+            + f"; fix: run one image everywhere (remove the other image tagged {cfg.image.ref}"
+            " from the odd node and re-run, so the head's copy is streamed there)"
+        )
+    return agreed
+
+
+def ray_client_compatibility(cluster: Mapping[str, str], workstation: Mapping[str, str]) -> str:
+    """'' when a Ray Client on the workstation could attach to the cluster, else why not.
+
+    `workstation` is {"python": "3.11.7", "ray": "2.60.0" or ""}."""
+    ray_here, py_here = workstation.get("ray", ""), workstation.get("python", "")
+    if not ray_here:
+        return "no ray installed on the workstation (not needed by this program)"
+    reasons = []
+    if ray_here != cluster.get("ray"):
+        reasons.append(f"ray {ray_here} here, {cluster.get('ray')} on the cluster")
+    if _minor(py_here) != _minor(cluster.get("python", "")):
+        reasons.append(f"python {py_here} here, {cluster.get('python')} on the cluster")
+    if not reasons:
+        return ""
+    return (
+        "a Ray Client from this workstation could not attach to the cluster ("
+        + "; ".join(reasons)
+        + "); this program does not need one (its Ray checks run inside the image). To attach"
+        " one, use the image's Ray and Python, e.g. `docker exec` into the Ray head container"
+    )
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split(".")[:2])

@@ -1,0 +1,211 @@
+"""The fail-fast checks, provoked on the SIMULATED cluster: each broken input stops the
+program with its message before any container starts (or, for a node's weights, is
+repaired by the copy step), and nothing is left half-done.
+
+Each test breaks one thing on the real sim nodes, runs the program (or, where the program
+would simply converge the breakage away, the check's own commands), reads the message,
+and restores what it broke. The module works on a fresh simulation as well as after the
+deployment suites (it needs no running deployment).
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sim import stack
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.remote import run_ssh
+from sparkvllm.specs import model, versions
+from sparkvllm.specs.commands import (
+    CommandSpec,
+    NodesDisagreeError,
+    fingerprint_script,
+    image_sync,
+    parse_kv,
+    same_on_every_node,
+)
+from sparkvllm.workstation import SshAccess
+
+pytestmark = pytest.mark.sim
+
+HEAD, WORKER = "spark-1", "spark-2"
+REF = "sparkvllm/vllm-sim:latest-sim"
+TARBALL = "/var/lib/sparkvllm/images/vllm-sim.tar"
+SNAPSHOTS = "/root/.cache/huggingface/hub/models--sparkvllm--tiny-qwen3/snapshots"
+# Where the image's vLLM lives, found without importing it (as the support probe does).
+VLLM_DIR = (
+    "$(python3 -c 'import importlib.util, os; "
+    'print(os.path.dirname(importlib.util.find_spec("vllm").origin))\')'
+)
+
+
+@dataclass
+class Sim:
+    raw: dict[str, Any]
+    cfg: StackConfig
+    access: SshAccess
+
+    def on(self, node: str, command: str, stdin: str | None = None, timeout: int = 600) -> str:
+        result = run_ssh(
+            stack.node_target(self.cfg, self.access, node), command, stdin=stdin, timeout=timeout
+        )
+        assert result.returncode == 0, f"{node}: {command}: {result.stderr[-2000:]}"
+        return result.stdout
+
+    def run_spec(self, spec: CommandSpec) -> str:
+        """A spec's command on its node, exactly as the program runs it."""
+        stdin = self.access.private_key if spec.stdin_secret else spec.stdin
+        return self.on(spec.node, spec.shell_command, stdin=stdin, timeout=spec.timeout_s)
+
+    def containers(self) -> dict[str, list[str]]:
+        return {n.name: stack.our_containers(self.cfg, self.access, n.name) for n in self.cfg.nodes}
+
+    def variant(self, change: dict[str, Any]) -> StackConfig:
+        raw = copy.deepcopy(self.raw)
+        for key, value in change.items():
+            section, _, field = key.partition(".")
+            if field:
+                raw[section][field] = value
+            else:
+                raw[section] = value
+        return load_stack_config(raw)
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+@pytest.fixture(scope="module")
+def sim() -> Sim:
+    stack.ensure_up()
+    raw = stack.stack_raw()
+    cfg, access = stack.load(raw)
+    s = Sim(raw, cfg, access)
+    s.on(HEAD, f"docker image inspect {REF} >/dev/null 2>&1 || docker load -i {TARBALL} >&2")
+    return s
+
+
+def _fails_before_any_container(s: Sim, cfg: StackConfig, message: str) -> None:
+    before = s.containers()
+    started = time.monotonic()
+    with pytest.raises(Exception, match=message):
+        stack.apply(cfg, s.access, log=_log)
+    _log(f"phase: failed fast in {time.monotonic() - started:.1f}s")
+    assert s.containers() == before
+
+
+def test_a_wrong_interface_name_stops_at_the_facts(sim: Sim) -> None:
+    raw = copy.deepcopy(sim.raw)
+    raw["nodes"][1]["cluster_link"]["netdev"] = "enp1s0f1np1"
+    _fails_before_any_container(
+        sim,
+        load_stack_config(raw),
+        r"node spark-2: netdev 'enp1s0f1np1' does not exist \(present: [^)]*eth0",
+    )
+
+
+@pytest.fixture
+def image_without_model_file(sim: Sim) -> Iterator[str]:
+    """On the head: the sim image with vLLM's qwen3.py (Qwen3ForCausalLM) deleted."""
+    tag = "sparkvllm/vllm-sim:no-qwen3-file"
+    dockerfile = f'FROM {REF}\nRUN rm "{VLLM_DIR}/model_executor/models/qwen3.py"\n'
+    sim.on(HEAD, f"docker build -q -t {tag} - >&2", stdin=dockerfile)
+    yield tag
+    sim.on(HEAD, f"docker rmi {tag} >&2")
+
+
+def test_an_image_without_the_model_file_stops_before_the_stream(
+    sim: Sim, image_without_model_file: str
+) -> None:
+    tag = image_without_model_file
+    cfg = sim.variant({"image": {"ref": tag, "source": "present", "arch": "x86_64"}})
+    _fails_before_any_container(
+        sim,
+        cfg,
+        rf"image {tag} \(vLLM [0-9.]+\) registers Qwen3ForCausalLM in module qwen3 but that "
+        "file is missing from the image",
+    )
+    # Found on the head: the broken image was never streamed to the other node.
+    assert sim.on(WORKER, f"docker images -q {tag}").strip() == ""
+
+
+@pytest.fixture
+def head_blob_moved_away(sim: Sim) -> Iterator[str]:
+    """The blob behind the tiny model's weights file on the head, moved aside."""
+    blob = sim.on(HEAD, f"readlink -f {SNAPSHOTS}/*/model.safetensors").strip()
+    sim.on(HEAD, f"mv {blob} {blob}.aside")
+    yield blob
+    sim.on(HEAD, f"mv {blob}.aside {blob}")
+
+
+def test_a_missing_weight_file_on_the_head_stops_before_any_container(
+    sim: Sim, head_blob_moved_away: str
+) -> None:
+    _fails_before_any_container(
+        sim,
+        sim.cfg,
+        r"model sparkvllm/tiny-qwen3@main in /root/.cache/huggingface on spark-1 is incomplete "
+        r"and model.offline is true; .* Missing: model.safetensors",
+    )
+
+
+def test_a_missing_weight_file_on_a_worker_is_found_and_copied_again(sim: Sim) -> None:
+    """The copy step compares the RESOLVED files: a worker whose symlink layout is intact
+    but whose blob is gone gets the model again, and the manifests agree afterwards."""
+    manifest = f'{model.MANIFEST}; manifest "$(ls -d {SNAPSHOTS}/*)"'
+    head_manifest = sim.on(HEAD, f"bash -c {shlex.quote(manifest)}").strip()
+    sync = model.weights_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER])
+    sim.run_spec(sync)  # in place first (a fresh sim has it; this makes it certain)
+    blob = sim.on(WORKER, f"readlink -f {SNAPSHOTS}/*/model.safetensors").strip()
+    sim.on(WORKER, f"rm {blob}")
+    assert sim.on(WORKER, f"bash -c {shlex.quote(manifest)}").strip() != head_manifest
+
+    out = parse_kv(sim.run_spec(sync))
+
+    assert out["transferred"] == "1"
+    assert out["manifest"] == head_manifest
+    assert sim.on(WORKER, f"test -f {blob} && bash -c {shlex.quote(manifest)}").strip() == (
+        head_manifest
+    )
+
+
+@pytest.fixture
+def worker_with_another_ray(sim: Sim) -> Iterator[None]:
+    """spark-2 holds a different image under the same tag: the sim image with Ray's
+    metadata saying 2.54.0 (as an image built with another Ray would). Restored after."""
+    if sim.on(WORKER, f"docker images -q {REF}").strip() == "":
+        sim.run_spec(image_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER]))
+    original = sim.on(WORKER, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip()
+    dockerfile = (
+        f"FROM {REF}\nRUN find / -xdev -path '*/ray-*.dist-info/METADATA' "
+        "-exec sed -i 's/^Version: .*/Version: 2.54.0/' {} +\n"
+    )
+    sim.on(WORKER, f"docker build -q -t {REF} - >&2", stdin=dockerfile)
+    yield
+    sim.on(WORKER, f"docker tag {original} {REF} && docker image prune -f >&2")
+    assert sim.on(WORKER, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip() == original
+
+
+def test_a_node_with_another_image_under_the_same_tag_is_named(
+    sim: Sim, worker_with_another_ray: None
+) -> None:
+    """The checks the program runs after the image is on every node, run on the nodes: the
+    fingerprints and the versions disagree, and each message names both nodes' values.
+    (Under `apply` the copy step would first stream the head's image over it: the sim
+    drift suite shows that repair.)"""
+    prints = {n.name: sim.on(n.name, fingerprint_script(REF)).strip() for n in sim.cfg.nodes}
+    with pytest.raises(NodesDisagreeError, match=r"image differs across nodes: spark-1=\w+"):
+        same_on_every_node(prints, "image differs")
+    outs = {n.name: sim.run_spec(versions.image_versions(sim.cfg, n)) for n in sim.cfg.nodes}
+    with pytest.raises(
+        NodesDisagreeError,
+        match=r"versions differ across nodes: ray: spark-1=2\.60\.0, spark-2=2\.54\.0",
+    ):
+        versions.agreed_versions(sim.cfg, outs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -66,3 +67,24 @@ def spark4_raw(spark_raw: dict[str, Any]) -> dict[str, Any]:
 def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Workstation files (identity, known_hosts) go to a temp dir, never to ~/.cache.
     monkeypatch.setenv("SPARKVLLM_STATE_DIR", str(tmp_path / "state"))
+
+
+def hf_snapshot(root: Any, files: dict[str, bytes], index: list[str] | None = None) -> Any:
+    """An HF hub cache under `root` for Qwen/Qwen3.5-122B-A10B-FP8@main: blobs + links."""
+    repo = root / "hub" / "models--Qwen--Qwen3.5-122B-A10B-FP8"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    if index is not None:
+        files = {
+            **files,
+            "model.safetensors.index.json": json.dumps(
+                {"weight_map": {f"layer.{i}.w": f for i, f in enumerate(index)}}
+            ).encode(),
+        }
+    for i, (name, data) in enumerate(files.items()):
+        (blobs / f"b{i}").write_bytes(data)
+        (snap / name).symlink_to(blobs / f"b{i}")
+    return snap

@@ -34,6 +34,7 @@ def healthy(cfg: StackConfig) -> dict[str, NodeLive]:
             },
             image_id=IMG,
             fingerprint="f" * 64,
+            weights_manifest="e" * 64,
         )
     live[cfg.head].ray = {
         "missing": [],
@@ -117,6 +118,16 @@ CASES: list[tuple[str, Callable[[dict[str, NodeLive]], None], list[tuple[str, st
         [("spark-2", "unreachable")],
     ),
     (
+        "weight blob deleted on a worker",
+        _set("spark-2", weights_gaps="model-00002-of-00039.safetensors"),
+        [("spark-2", "weights incomplete")],
+    ),
+    (
+        "weights on a worker differ from the head's",
+        _set("spark-2", weights_manifest="d" * 64),
+        [("spark-2", "weights differ")],
+    ),
+    (
         "container left on the old image",
         _container("spark-2", W, image="sha256:" + "0" * 64),
         [("spark-2", "container on an old image")],
@@ -158,3 +169,52 @@ def test_state_command_output_parses(spark_raw: dict[str, Any]) -> None:
     live = parse_state(out)
     assert live.containers[W] == ContainerLive("running", 0, "abc123", IMG)
     assert parse_state(f"container.{W}=absent\nimage.id=\nimage.fingerprint=\n").containers == {}
+
+
+def test_fixes_name_steps_the_program_registers(spark_raw: dict[str, Any]) -> None:
+    """`--replace` URNs in the fixes are exactly the URNs the program registers."""
+    from sparkvllm.workstation import prepare_ssh_access
+    from tests.conftest import ROOT
+    from tests.pulumi_mocks import run_program
+
+    cfg = load_stack_config(spark_raw)
+    registered = set(run_program(cfg, prepare_ssh_access(cfg, "test", ROOT)).registrations)
+    live = healthy(cfg)
+    for node in ("spark-1", "spark-2"):
+        live[node].image_id = ""
+        live[node].weights_gaps = "config.json"
+    found = find_drift(cfg, "test", live)
+    urns = [
+        d.detail.split("--replace '")[1].split("'")[0] for d in found if "--replace" in d.detail
+    ]
+    assert len(urns) == 4
+    assert set(urns) <= registered, set(urns) - registered
+    assert {u.rsplit("::", 1)[1] for u in urns} == {
+        "image-obtain-spark-1",
+        "image-sync-spark-2",
+        "model-download-spark-1",
+        "model-sync-spark-2",
+    }
+
+
+def test_weights_state_reads_a_real_snapshot(spark_raw: dict[str, Any], tmp_path: Any) -> None:
+    from sparkvllm.specs.model import weights_state
+    from tests.conftest import hf_snapshot
+
+    raw = copy.deepcopy(spark_raw)
+    raw["model"]["hf_cache"] = str(tmp_path / "hf")
+    cfg = load_stack_config(raw)
+    snap = hf_snapshot(tmp_path / "hf", {"config.json": b"{}", "model.safetensors": b"w" * 9})
+
+    def read() -> NodeLive:
+        out = subprocess.run(
+            ["bash", "-c", weights_state(cfg)], capture_output=True, text=True, check=True
+        )
+        return parse_state(out.stdout)
+
+    whole = read()
+    assert len(whole.weights_manifest) == 64 and whole.weights_gaps == ""
+    (snap / "model.safetensors").resolve().unlink()
+    broken = read()
+    assert broken.weights_gaps == "model.safetensors"
+    assert broken.weights_manifest != whole.weights_manifest

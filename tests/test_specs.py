@@ -18,7 +18,7 @@ from sparkvllm.specs import commands, containers
 from sparkvllm.specs.environment import NON_CARRY_OVER, node_env
 from sparkvllm.specs.facts import check_facts, facts_command, parse_facts, warnings_for
 from sparkvllm.specs.health import health_report, last_json
-from tests.conftest import four_node_raw
+from tests.conftest import four_node_raw, hf_snapshot
 from tests.pulumi_mocks import healthy_facts
 
 
@@ -513,27 +513,6 @@ def test_nccl_transport_is_read_from_the_server_logs(
     assert report["nccl_transport"] == transport
 
 
-def _hf_snapshot(root: Any, files: dict[str, bytes], index: list[str] | None = None) -> Any:
-    """An HF hub cache under `root` for Qwen/Qwen3.5-122B-A10B-FP8@main: blobs + links."""
-    repo = root / "hub" / "models--Qwen--Qwen3.5-122B-A10B-FP8"
-    blobs, snap = repo / "blobs", repo / "snapshots" / "abc"
-    blobs.mkdir(parents=True)
-    snap.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("abc")
-    if index is not None:
-        files = {
-            **files,
-            "model.safetensors.index.json": json.dumps(
-                {"weight_map": {f"layer.{i}.w": f for i, f in enumerate(index)}}
-            ).encode(),
-        }
-    for i, (name, data) in enumerate(files.items()):
-        (blobs / f"b{i}").write_bytes(data)
-        (snap / name).symlink_to(blobs / f"b{i}")
-    return snap
-
-
 def _download(cfg_raw: dict[str, Any], hf: Any) -> subprocess.CompletedProcess[str]:
     from sparkvllm.specs.model import weights_download
 
@@ -578,7 +557,7 @@ def test_weights_download_finds_what_an_offline_snapshot_lacks(
     """The real command on a real HF layout (offline: it never starts a container)."""
     shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     files = {"config.json": b"{}", **{s: b"w" * 100 for s in shards}}
-    snap = _hf_snapshot(tmp_path / "hf", files, index=shards + (extra_index or []))
+    snap = hf_snapshot(tmp_path / "hf", files, index=shards + (extra_index or []))
     for name in remove_blobs:
         (snap / name).resolve().unlink()
     out = _download(spark_raw, tmp_path / "hf")

@@ -15,14 +15,39 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config import PROJECT, NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs import containers
+from sparkvllm.specs import containers, model
 from sparkvllm.specs.commands import fingerprint_script
 from sparkvllm.specs.containers import SPEC_LABEL, ContainerSpec
 from sparkvllm.specs.health import last_json
 
 FIX = "run `pulumi up` (or `python -m sim apply` on the sim stack)"
+SIM_FIX = "on the sim stack `python -m sim apply`"
+
+
+def step_urn(stack: str, component_type: str, name: str) -> str:
+    """The URN of a one-shot node step (a remote.Command) of the program."""
+    return f"urn:pulumi:{stack}::{PROJECT}::{component_type}$command:remote:Command::{name}"
+
+
+def rerun_fix(stack: str, component_type: str, step: str, refresh: bool = False) -> str:
+    """How to re-run one node step. pulumi-command runs a step again only when its inputs
+    change or it is replaced, so a plain `pulumi up` would not repeat a finished copy."""
+    flags = "--refresh " if refresh else ""
+    urn = step_urn(stack, component_type, step)
+    return f"run `pulumi up {flags}--replace '{urn}'` ({SIM_FIX})"
+
+
+def image_fix(cfg: StackConfig, stack: str, node: str) -> str:
+    step = f"image-obtain-{node}" if node == cfg.head else f"image-sync-{node}"
+    return rerun_fix(stack, "sparkvllm:index:SyncedImage", step, refresh=True)
+
+
+def weights_fix(cfg: StackConfig, stack: str, node: str) -> str:
+    copied = cfg.model.distribution == "copy_from_head" and node != cfg.head
+    step = f"model-sync-{node}" if copied else f"model-download-{node}"
+    return rerun_fix(stack, "sparkvllm:index:ModelWeights", step)
 
 
 @dataclass(frozen=True)
@@ -51,6 +76,8 @@ class NodeLive:
     containers: dict[str, ContainerLive] = field(default_factory=dict)
     image_id: str = ""
     fingerprint: str = ""
+    weights_manifest: str = ""
+    weights_gaps: str = ""
     ray: dict[str, Any] | None = None
     server: dict[str, Any] | None = None
 
@@ -79,6 +106,7 @@ def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
     lines += [
         f"echo image.id=$(docker image inspect --format '{{{{.Id}}}}' {ref} 2>/dev/null)",
         f"echo image.fingerprint=$({fingerprint_script(cfg.image.ref)})",
+        model.weights_state(cfg),
     ]
     return "\n".join(lines)
 
@@ -100,7 +128,12 @@ def server_probe(cfg: StackConfig, stack: str) -> tuple[str, str]:
 
 def parse_state(stdout: str) -> NodeLive:
     kv = {k: v for k, v in (line.partition("=")[::2] for line in stdout.splitlines()) if k}
-    live = NodeLive(image_id=kv.get("image.id", ""), fingerprint=kv.get("image.fingerprint", ""))
+    live = NodeLive(
+        image_id=kv.get("image.id", ""),
+        fingerprint=kv.get("image.fingerprint", ""),
+        weights_manifest=kv.get("weights.manifest", ""),
+        weights_gaps=kv.get("weights.gaps", "").strip(),
+    )
     for key, value in kv.items():
         if key.startswith("container."):
             parts = value.split()
@@ -124,7 +157,11 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
             continue
         if not got.image_id:
             drifts.append(
-                Drift(node.name, "image missing", f"{ref} is not on the node; fix: {FIX}")
+                Drift(
+                    node.name,
+                    "image missing",
+                    f"{ref} is not on the node; fix: {image_fix(cfg, stack, node.name)}",
+                )
             )
         elif head.fingerprint and got.fingerprint != head.fingerprint:
             drifts.append(
@@ -132,9 +169,10 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
                     node.name,
                     "image replaced",
                     f"{ref} differs from the head's (fingerprint {got.fingerprint[:12]} vs "
-                    f"{head.fingerprint[:12]}); fix: {FIX}",
+                    f"{head.fingerprint[:12]}); fix: {image_fix(cfg, stack, node.name)}",
                 )
             )
+        drifts += _weights_drift(cfg, stack, node.name, got, head)
         for spec in expected_containers(cfg, stack)[node.name]:
             c = got.containers.get(spec.name)
             want = spec.labels[SPEC_LABEL]
@@ -170,6 +208,31 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
     drifts += _ray_drift(cfg, head)
     drifts += _server_drift(cfg, head)
     return drifts
+
+
+def _weights_drift(
+    cfg: StackConfig, stack: str, node: str, got: NodeLive, head: NodeLive
+) -> list[Drift]:
+    model_ref = f"{cfg.model.id}@{cfg.model.revision}"
+    fix = weights_fix(cfg, stack, node)
+    if got.weights_gaps:
+        return [
+            Drift(
+                node,
+                "weights incomplete",
+                f"{model_ref} lacks {got.weights_gaps} in {cfg.model.hf_cache}; fix: {fix}",
+            )
+        ]
+    if head.weights_manifest and got.weights_manifest != head.weights_manifest:
+        return [
+            Drift(
+                node,
+                "weights differ",
+                f"{model_ref}: manifest {got.weights_manifest[:12] or 'empty'} vs the head's "
+                f"{head.weights_manifest[:12]}; fix: {fix}",
+            )
+        ]
+    return []
 
 
 def _ray_drift(cfg: StackConfig, head: NodeLive) -> list[Drift]:

@@ -181,6 +181,21 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     )
 
 
+def weights_state(cfg: StackConfig) -> str:
+    """Bash printing `weights.manifest=` and `weights.gaps=` for the node it runs on (for
+    the drift check: a node whose weights went incomplete or differ from the head's)."""
+    return "\n".join(
+        [
+            MANIFEST,
+            INCOMPLETE,
+            _snapshot_shell(cfg),
+            GAPS,
+            'echo weights.manifest=$(manifest "$snap")',
+            'echo weights.gaps="$gaps"',
+        ]
+    )
+
+
 def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
     """Copy the model from the head to `target` over the cluster link unless the manifest of
     resolved files already matches; verify the manifest afterwards. Runs on the head with

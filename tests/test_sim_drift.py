@@ -102,6 +102,15 @@ DRIFTS: list[tuple[str, str, str, tuple[str, str]]] = [
     ("model server stopped", HEAD, f"docker stop {SERVER}", (HEAD, "container not running")),
     ("image removed from a node", WORKER, f"docker rmi -f {REF}", (WORKER, "image missing")),
     (
+        "weight file deleted on a node",
+        WORKER,
+        (
+            "rm $(readlink -f /root/.cache/huggingface/hub/models--sparkvllm--tiny-qwen3/"
+            "snapshots/*/model.safetensors)"
+        ),
+        (WORKER, "weights incomplete"),
+    ),
+    (
         "image replaced under the same tag",
         WORKER,
         f"docker commit -c 'LABEL drift=1' {RAY_WORKER} {REF}",

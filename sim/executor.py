@@ -78,6 +78,9 @@ class LocalExecutor(pulumi.runtime.Mocks):
     _providers: dict[str, SshTarget] = field(default_factory=dict)
     _keydir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sparkvllm-exec-")))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+    _inflight: int = 0
+    _halted: bool = False
 
     # --- pulumi.runtime.Mocks -----------------------------------------------------------
 
@@ -93,14 +96,35 @@ class LocalExecutor(pulumi.runtime.Mocks):
             if args.custom:
                 raise ExecutionError(f"{args.name}: the executor cannot apply {args.typ}")
             return f"{args.name}-component", {}
+        with self._idle:
+            if self._halted:
+                # Like the engine's default: after a failure no new step starts.
+                raise ExecutionError(f"{args.name}: not applied, an earlier step failed")
+            self._inflight += 1
         started = time.monotonic()
-        resource_id, outputs, target = handler(args.name, inputs, args.provider)
+        try:
+            resource_id, outputs, target = handler(args.name, inputs, args.provider)
+        except BaseException:
+            self.halt(wait=False)
+            raise
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
         self.log(
             f"applied {args.typ.split(':')[-1]} {args.name} ({time.monotonic() - started:.1f}s)"
         )
         with self._lock:
             self.applied.append(Applied(args.typ, args.name, inputs, outputs, target))
         return resource_id, outputs
+
+    def halt(self, wait: bool = True, timeout: float = 3600) -> None:
+        """Start no further step; with `wait`, return once the steps in flight finished
+        (so a failed apply leaves nothing running behind the caller's back)."""
+        with self._idle:
+            self._halted = True
+            if wait:
+                self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout)
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]]:
         raise ExecutionError(f"the executor cannot run invoke {args.token}")

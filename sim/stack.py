@@ -47,7 +47,11 @@ def apply(
 ) -> tuple[LocalExecutor, dict[str, Any]]:
     """Deploy `cfg` on the sim nodes; returns the executor (for destroy) and the outputs."""
     executor = LocalExecutor(log=log)
-    outputs = apply_program(lambda: deploy(cfg, STACK, access), executor, stack=STACK)
+    try:
+        outputs = apply_program(lambda: deploy(cfg, STACK, access), executor, stack=STACK)
+    except BaseException:
+        executor.halt()  # no step of this apply keeps running behind the caller
+        raise
     return executor, outputs
 
 

@@ -186,3 +186,29 @@ def test_reapply_keeps_only_a_container_that_still_matches(
     assert container_id == ("live-id" if kept else "new-id")
     assert ("run -d --name c1" in ran) is not kept
     assert ("rm -f c1" in ran) is not kept
+
+
+def test_after_a_failed_step_no_new_step_starts() -> None:
+    """Like the engine's default: the first failure halts the apply; a step registered
+    later is refused without touching its node."""
+    calls: list[str] = []
+
+    def failing(target: SshTarget, command: str, **_: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(command)
+        return subprocess.CompletedProcess([], 1, "", "boom\n")
+
+    executor = LocalExecutor(log=lambda _: None, runner=failing)
+
+    def command(name: str) -> Any:
+        import pulumi
+
+        conn = {"host": "127.0.0.1", "user": "root", "privateKey": "k"}
+        args = {"connection": conn, "create": f"echo {name}"}
+        return pulumi.runtime.MockResourceArgs("command:remote:Command", name, args, custom=True)
+
+    with pytest.raises(ExecutionError, match=r"first failed on 127\.0\.0\.1"):
+        executor.new_resource(command("first"))
+    with pytest.raises(ExecutionError, match="second: not applied, an earlier step failed"):
+        executor.new_resource(command("second"))
+    assert calls == ["echo first"]
+    executor.halt()  # nothing in flight: returns at once

@@ -81,6 +81,7 @@ class LocalExecutor(pulumi.runtime.Mocks):
     _idle: threading.Condition = field(default_factory=threading.Condition)
     _inflight: int = 0
     _halted: bool = False
+    _failure: str = ""
 
     # --- pulumi.runtime.Mocks -----------------------------------------------------------
 
@@ -98,13 +99,18 @@ class LocalExecutor(pulumi.runtime.Mocks):
             return f"{args.name}-component", {}
         with self._idle:
             if self._halted:
-                # Like the engine's default: after a failure no new step starts.
-                raise ExecutionError(f"{args.name}: not applied, an earlier step failed")
+                # Like the engine's default: after a failure no new step starts. The first
+                # failure is repeated so whichever error surfaces names the cause.
+                raise ExecutionError(
+                    f"{args.name}: not applied, an earlier step failed: {self._failure}"
+                )
             self._inflight += 1
         started = time.monotonic()
         try:
             resource_id, outputs, target = handler(args.name, inputs, args.provider)
-        except BaseException:
+        except BaseException as e:
+            with self._idle:
+                self._failure = self._failure or str(e)
             self.halt(wait=False)
             raise
         finally:
@@ -123,6 +129,7 @@ class LocalExecutor(pulumi.runtime.Mocks):
         (so a failed apply leaves nothing running behind the caller's back)."""
         with self._idle:
             self._halted = True
+            self._failure = self._failure or "the program stopped"
             if wait:
                 self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout)
 

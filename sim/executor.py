@@ -13,7 +13,9 @@ What it is not: an engine. No state, no diff, no refresh, no preview. Re-applyin
 the one-shot commands (they are idempotent by design) and keeps a container that runs the
 same spec (its `ai.sparkvllm.spec` label) on the same image, replacing any other. Use
 `pulumi up` where the CLI exists. The executor refuses any resource input it does not know
-how to honour rather than ignore it.
+how to honour rather than ignore it. Like the engine's default, the first failure halts the
+apply: no further step starts (a refused step repeats that failure), and `halt()` waits for
+the steps in flight, so a failed apply leaves nothing running behind its caller.
 """
 
 from __future__ import annotations

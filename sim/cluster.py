@@ -218,10 +218,24 @@ class Cluster:
         self.paths.model_json.write_text(json.dumps(hub_model.describe(), indent=2) + "\n")
 
     def _state_here(self, nodes: list[NodeSpec]) -> bool:
-        """Whether this checkout's .sim/ holds the keys of the nodes that are running."""
+        """Whether the running nodes were made from this checkout: its .sim/ holds their
+        keys, and each node mounts this checkout's config folder (another checkout's .sim/
+        may hold keys too, of other nodes)."""
         needed = [self.paths.client_key, self.paths.nodes_json]
         needed += [self.paths.host_key_pub(n.name) for n in nodes]
-        return all(p.exists() for p in needed)
+        if not all(p.exists() for p in needed):
+            return False
+        fmt = (
+            "{{range .Mounts}}{{if eq .Destination "
+            f'"{NODE_SIM_CONFIG_DIR}"'
+            "}}{{.Source}}{{end}}{{end}}"
+        )
+        for n in nodes:
+            found = self.runner.run([DOCKER, "inspect", "-f", fmt, n.container], check=False)
+            source = found.stdout.strip() if found.ok else ""
+            if source and Path(source).resolve() != self.paths.node_config_dir(n.name).resolve():
+                return False
+        return True
 
     def _already_up(self, existing: Existing, nodes: list[NodeSpec]) -> list[dict[str, object]]:
         wanted = {n.container for n in nodes}

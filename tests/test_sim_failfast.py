@@ -67,16 +67,6 @@ class Sim:
     def containers(self) -> dict[str, list[str]]:
         return {n.name: stack.our_containers(self.cfg, self.access, n.name) for n in self.cfg.nodes}
 
-    def variant(self, change: dict[str, Any]) -> StackConfig:
-        raw = copy.deepcopy(self.raw)
-        for key, value in change.items():
-            section, _, field = key.partition(".")
-            if field:
-                raw[section][field] = value
-            else:
-                raw[section] = value
-        return load_stack_config(raw)
-
 
 def _log(message: str) -> None:
     print(message, flush=True)
@@ -125,10 +115,11 @@ def test_an_image_without_the_model_file_stops_before_the_stream(
     sim: Sim, image_without_model_file: str
 ) -> None:
     tag = image_without_model_file
-    cfg = sim.variant({"image": {"ref": tag, "source": "present", "arch": "x86_64"}})
+    raw = copy.deepcopy(sim.raw)
+    raw["image"] = {"ref": tag, "source": "present", "arch": "x86_64"}
     _fails_before_any_container(
         sim,
-        cfg,
+        load_stack_config(raw),
         rf"image {tag} \(vLLM [0-9.]+\) registers Qwen3ForCausalLM in module qwen3 but that "
         "file is missing from the image",
     )

@@ -172,3 +172,23 @@ def test_failed_up_rolls_back_what_it_created(
         ["network", "rm", "sparkvllm-sim"],
     ]
     assert not (tmp_path / ".sim" / "nodes.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("mounted", "ours"),
+    [("{here}", True), ("/tmp/ci/main/.sim/nodes/spark-1", False), ("", True)],
+    ids=["mounts this checkout", "mounts another checkout", "not inspectable"],
+)
+def test_a_simulation_is_ours_only_if_its_nodes_mount_this_checkout(
+    tmp_path: Path, mounted: str, ours: bool
+) -> None:
+    """Another checkout's .sim/ may hold keys as well: the node's mount decides."""
+    paths = StatePaths(tmp_path / ".sim")
+    node = node_specs(1)
+    for p in [paths.client_key, paths.nodes_json, paths.host_key_pub("spark-1")]:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+    source = mounted.format(here=paths.node_config_dir("spark-1"))
+    runner = FakeRunner({("docker", "inspect"): Result(0, source + "\n")})
+    assert Cluster(runner, paths, Timer(quiet=True))._state_here(node) is ours
+    assert runner.calls[0][-1] == "sparkvllm-sim-spark-1"

@@ -87,7 +87,8 @@ def _fails_before_any_container(s: Sim, cfg: StackConfig, message: str) -> None:
     started = time.monotonic()
     with pytest.raises(Exception, match=message):
         stack.apply(cfg, s.access, log=_log)
-    _log(f"phase: failed fast in {time.monotonic() - started:.1f}s")
+    seconds = time.monotonic() - started
+    _log(f"phase: apply failed after {seconds:.1f}s (in-flight steps finish first)")
     assert s.containers() == before
 
 

@@ -60,17 +60,27 @@ def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
     return remote.node_target(node, access.identity_file, access.known_hosts_file)
 
 
+def run_on(
+    cfg: StackConfig,
+    access: SshAccess,
+    name: str,
+    command: str,
+    *,
+    stdin: str | None = None,
+    timeout: float = 600,
+) -> str:
+    """stdout of `command` on node `name`; RuntimeError naming both if it fails."""
+    result = run_ssh(node_target(cfg, access, name), command, stdin=stdin, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{name}: {command}: {result.stderr.strip()[-2000:]}")
+    return result.stdout
+
+
 def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:
     """Names of this stack's containers on node `name` (running or not)."""
     label = shlex.quote(f"{LABEL_PREFIX}.stack={STACK}")
-    result = run_ssh(
-        node_target(cfg, access, name),
-        f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'",
-        timeout=60,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"cannot list containers on {name}: {result.stderr.strip()}")
-    return sorted(result.stdout.split())
+    listing = f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'"
+    return sorted(run_on(cfg, access, name, listing, timeout=60).split())
 
 
 def destroy_by_label(cfg: StackConfig, access: SshAccess) -> dict[str, list[str]]:

@@ -10,9 +10,7 @@ leaves that file and Pulumi secrets.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import yaml
 
 from sparkvllm.config import PROJECT, ConfigError, Issue, SshConfig, StackConfig
+from sparkvllm.probes import image_versions
 from sparkvllm.specs.ssh import known_hosts
 
 
@@ -34,12 +33,10 @@ class SshAccess:
 
 
 def workstation_versions() -> dict[str, str]:
-    """Python and Ray versions of the interpreter running the program ("" if no ray)."""
-    try:
-        ray = importlib.metadata.version("ray")
-    except importlib.metadata.PackageNotFoundError:
-        ray = ""
-    return {"python": platform.python_version(), "ray": ray}
+    """Python and Ray versions of the interpreter running the program ("" if no ray),
+    read the way the nodes' images are read (the same probe, run here)."""
+    found = image_versions.versions()
+    return {"python": found["python"], "ray": found["ray"]}
 
 
 def state_dir(stack: str) -> Path:

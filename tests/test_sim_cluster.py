@@ -80,9 +80,7 @@ def _complete(endpoint: str, model: str) -> dict[str, Any]:
 
 
 def _ssh(d: Deployed, node: str, command: str) -> str:
-    result = run_ssh(stack.node_target(d.cfg, d.access, node), command, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip()
+    return stack.run_on(d.cfg, d.access, node, command, timeout=120).strip()
 
 
 def test_preflight_facts_are_what_the_nodes_have(tp2: Deployed) -> None:

@@ -46,9 +46,7 @@ def _log(message: str) -> None:
 
 
 def on(c: Cluster, node: str, command: str) -> str:
-    result = run_ssh(stack.node_target(c.cfg, c.access, node), command, timeout=300)
-    assert result.returncode == 0, f"{node}: {command}: {result.stderr}"
-    return result.stdout
+    return stack.run_on(c.cfg, c.access, node, command, timeout=300)
 
 
 def heal(c: Cluster, cfg: StackConfig | None = None) -> dict[str, Any]:

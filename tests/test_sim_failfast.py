@@ -21,7 +21,6 @@ import pytest
 
 from sim import stack
 from sparkvllm.config import StackConfig, load_stack_config
-from sparkvllm.remote import run_ssh
 from sparkvllm.specs import model, versions
 from sparkvllm.specs.commands import (
     CommandSpec,
@@ -53,11 +52,7 @@ class Sim:
     access: SshAccess
 
     def on(self, node: str, command: str, stdin: str | None = None, timeout: int = 600) -> str:
-        result = run_ssh(
-            stack.node_target(self.cfg, self.access, node), command, stdin=stdin, timeout=timeout
-        )
-        assert result.returncode == 0, f"{node}: {command}: {result.stderr[-2000:]}"
-        return result.stdout
+        return stack.run_on(self.cfg, self.access, node, command, stdin=stdin, timeout=timeout)
 
     def run_spec(self, spec: CommandSpec) -> str:
         """A spec's command on its node, exactly as the program runs it."""

@@ -1,0 +1,80 @@
+"""The local engine's command line: the stand-in for `pulumi` where the CLI cannot run.
+
+    python -m localengine up|preview|refresh|destroy --stack NAME
+        [--refresh] [--expect-no-changes] [--replace URN]... [--json]
+
+Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
+found under --expect-no-changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from localengine import wire
+from localengine.operations import OPS, Result, run
+
+EXIT_NO_CHANGES = 7
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
+    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy"])
+    p.add_argument("--stack", "-s", default="sim", help="stack name (default: sim)")
+    p.add_argument(
+        "--refresh", action=argparse.BooleanOptionalAction, default=None,
+        help="read every resource back first (default: Pulumi.yaml options.refresh)",
+    )  # fmt: skip
+    p.add_argument("--expect-no-changes", action="store_true", help="exit 7 if anything changes")
+    p.add_argument("--replace", action="append", default=[], metavar="URN",
+                   help="replace this resource even if its inputs did not change")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def summary(result: Result) -> str:
+    words = ", ".join(f"{result.counts[op]} {op}" for op in OPS if result.counts.get(op))
+    moved = f"{result.provider_writes} provider calls that change a node"
+    refreshed = ""
+    if result.refresh_steps:
+        gone = sum(1 for s in result.refresh_steps if s.op == "delete")
+        changed = sum(1 for s in result.refresh_steps if s.op == "update")
+        refreshed = f"; refresh read {len(result.refresh_steps)}: {changed} changed, {gone} gone"
+    return f"{result.operation} {words or 'nothing'}{refreshed}; {moved}; {result.seconds:.1f}s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    log = (lambda _m: None) if args.json else (lambda m: print(m, flush=True))
+    result = run(
+        args.operation, args.stack, args.cwd, refresh=args.refresh,
+        replace_urns=frozenset(args.replace), log=log,
+    )  # fmt: skip
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2, sort_keys=True, default=str))
+    else:
+        for step in result.steps:
+            if step.op != "same":
+                keys = f" [{', '.join(step.keys)}]" if step.keys else ""
+                print(f"  {step.op:8} {step.name}{keys}")
+        if result.operation == "up" and not result.error:
+            print(json.dumps(wire.redacted(result.outputs), indent=2, sort_keys=True, default=str))
+        print(summary(result))
+        if result.error:
+            print(f"error: {result.error}", file=sys.stderr)
+    if result.error:
+        return 1
+    if args.expect_no_changes and result.changed:
+        if not args.json:
+            print("error: no changes were expected but changes were proposed", file=sys.stderr)
+        return EXIT_NO_CHANGES
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

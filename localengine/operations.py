@@ -1,0 +1,137 @@
+"""The four operations, as the Pulumi CLI runs them on a stack: `up`, `preview` (`--refresh`
+reads first; Pulumi.yaml `options.refresh: always` makes that the default), `refresh` and
+`destroy`. Each returns what happened, step by step."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from localengine import wire
+from localengine.deployment import Deployment, Step
+from localengine.program import project_file, run_program
+from localengine.providers.base import Transport
+from localengine.state import StateFile
+from sparkvllm.remote import run_ssh
+
+OPS = ("same", "create", "update", "replace", "delete")
+
+
+@dataclass
+class Result:
+    operation: str
+    steps: list[Step]
+    refresh_steps: list[Step]
+    outputs: dict[str, Any]
+    provider_writes: int
+    provider_reads: int
+    seconds: float
+    error: str = ""
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        """update.go HasChanges: any step but same; in `refresh`, a refresh that changed
+        the state."""
+        if self.operation == "refresh":
+            return any(s.op != "same" for s in self.refresh_steps)
+        return any(s.op != "same" for s in self.steps)
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "operation": self.operation,
+            "steps": [{"urn": s.urn, "op": s.op, "keys": s.keys} for s in self.steps],
+            "refresh": [{"urn": s.urn, "op": s.op, "keys": s.keys} for s in self.refresh_steps],
+            "counts": self.counts,
+            "provider_writes": self.provider_writes,
+            "provider_reads": self.provider_reads,
+            "seconds": round(self.seconds, 2),
+        }
+        if self.operation == "up":
+            out["outputs"] = wire.redacted(self.outputs)
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def refresh_default(project_dir: Path) -> bool:
+    """io.go getRefreshOption: `options.refresh: always` in Pulumi.yaml."""
+    options = project_file(project_dir).get("options") or {}
+    return str(options.get("refresh", "")).lower() == "always"
+
+
+@contextmanager
+def _interruptible(deployment: Deployment) -> Iterator[None]:
+    """First SIGINT: start no new step, let the steps in flight finish and be recorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(_sig: int, _frame: Any) -> None:
+        deployment.interrupted = True
+        deployment.log("^C received; cancelling: steps in flight finish and are recorded")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def run(
+    operation: str,
+    stack: str,
+    project_dir: Path,
+    *,
+    refresh: bool | None = None,
+    replace_urns: frozenset[str] = frozenset(),
+    transport: Transport = run_ssh,
+    log: Callable[[str], None] = print,
+) -> Result:
+    started = time.monotonic()
+    preview = operation == "preview"
+    state = StateFile(project_dir, stack)
+    deployment = Deployment(state, transport, preview=preview, log=log, replace_urns=replace_urns)
+    do_refresh = refresh if refresh is not None else refresh_default(project_dir)
+    error = ""
+    with _interruptible(deployment):
+        try:
+            if operation == "refresh":
+                deployment.refresh()
+            elif operation == "destroy":
+                if do_refresh:
+                    deployment.refresh()
+                deployment.destroy_all()
+            else:
+                if do_refresh:
+                    deployment.refresh()
+                try:
+                    run_program(project_dir, stack, deployment)
+                except BaseException as e:  # the program's or a step's error
+                    deployment.halt(str(e))
+                    raise
+                finally:
+                    deployment.wait_idle()
+                deployment.finish()
+        except Exception as e:  # reported as the run's error, one line first
+            error = deployment.failed() or str(e)
+        if deployment.interrupted and not error:
+            error = "interrupted: steps in flight finished and are recorded"
+    counts = {op: sum(1 for s in deployment.steps if s.op == op) for op in OPS}
+    return Result(
+        operation=operation,
+        steps=deployment.steps,
+        refresh_steps=deployment.refresh_steps,
+        outputs=deployment.stack_outputs,
+        provider_writes=deployment.counters.writes,
+        provider_reads=deployment.counters.reads,
+        seconds=time.monotonic() - started,
+        error=error,
+        counts=counts,
+    )

@@ -1,0 +1,69 @@
+"""Run the project's Pulumi program (`__main__.py`) against the engine's monitor, with the
+stack's config as the Pulumi CLI would pass it: `project:key` -> string (structured values as
+JSON), and the secret keys named."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import settings as runtime_settings
+
+from localengine.deployment import Deployment
+from localengine.monitor import EngineMonitor
+from localengine.state import PROJECT
+
+
+class StackConfigError(Exception):
+    """The stack's config file cannot be used by the local engine."""
+
+
+def project_file(project_dir: Path) -> dict[str, Any]:
+    return yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+
+
+def stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], list[str]]:
+    path = project_dir / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        raise StackConfigError(f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack")
+    data = yaml.safe_load(path.read_text()) or {}
+    values: dict[str, str] = {}
+    for key, value in (data.get("config") or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            raise StackConfigError(
+                f"{path.name}: {key} is an encrypted `secure:` value, which only the Pulumi CLI "
+                "can decrypt; fix: run `pulumi` for this stack, or give the value as a file "
+                "(e.g. ssh_private_key_file)"
+            )
+        values[full] = value if isinstance(value, str) else json.dumps(value)
+    return values, []
+
+
+def run_program(project_dir: Path, stack: str, deployment: Deployment) -> None:
+    """Run `__main__.py` with every registration going to `deployment`."""
+    values, secret_keys = stack_config(project_dir, stack)
+    pulumi.runtime.set_all_config(values, secret_keys)
+    runtime_settings.SETTINGS.root_resource = None
+    monitor = EngineMonitor(deployment)
+    pulumi.runtime.set_mocks(
+        monitor.mocks, project=PROJECT, stack=stack, preview=deployment.preview, monitor=monitor
+    )
+    if str(project_dir) not in sys.path:
+        sys.path.insert(0, str(project_dir))
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[Any]:
+        runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
+        root = runtime_settings.get_root_resource()
+        assert root is not None
+        outputs = dict(getattr(root, "outputs", {}))
+        root.register_outputs(outputs)
+        return pulumi.Output.from_input(True)
+
+    program()

@@ -1,0 +1,155 @@
+"""pulumi-command 1.2.1, `command:remote:Command` (rules and sources: docs/engine-rules.md).
+
+- Diff (pulumi-go-provider 1.3.0 infer's default diff): any changed input is an update;
+  a change of `triggers` (the only replaceOnChanges input) is a replacement.
+- Create runs `create`; Update runs `update` if set, else `create` again; Delete runs
+  `delete` (on destroy and on replacement) with the OLD inputs; Read does not exist, so a
+  refresh leaves the state as it was.
+- Preview: nothing runs; the outputs of a create or an update are unknown (the provider
+  declares no wire dependencies, so every output depends on every input).
+- stdout and stderr are recorded with the trailing newline trimmed.
+
+The connection is made here with the workstation's `ssh` binary rather than Go's SSH
+library (a stand-in transport with the same key and host-key policy: the host key is
+verified exactly when `connection.hostKey` is set).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from localengine import wire
+from localengine.providers.base import (
+    DiffResult,
+    ProviderError,
+    ReadResult,
+    Transport,
+    refuse_unknown_inputs,
+    ssh_target,
+)
+from sparkvllm.remote import SshTarget
+
+TYPE = "command:remote:Command"
+_INPUTS = {"connection", "create", "update", "delete", "stdin", "triggers",
+           "addPreviousOutputInEnv", "environment", "logging"}  # fmt: skip
+_REPLACE_ON_CHANGES = {"triggers"}
+_CONNECTION_DEFAULTS = {"user": "root", "port": 22, "dialErrorLimit": 10, "perDialTimeout": 15}
+_OUTPUTS = ("stdout", "stderr")
+
+
+class CommandProvider:
+    def __init__(self, transport: Transport):
+        self._transport = transport
+        self._keydir = Path(tempfile.mkdtemp(prefix="localengine-ssh-"))
+        self._lock = threading.Lock()
+
+    def check(self, typ: str, olds: dict[str, Any], news: dict[str, Any]) -> dict[str, Any]:
+        _known(typ)
+        out = dict(news)
+        conn = out.get("connection")
+        if isinstance(conn, dict) and not wire.is_secret(conn):
+            # connection.go Annotate: the defaults of user, port and the dial limits.
+            out["connection"] = {**_CONNECTION_DEFAULTS, **conn}
+        return out
+
+    def diff(
+        self, typ: str, id_: str, old_inputs: dict[str, Any], old_outputs: dict[str, Any],
+        news: dict[str, Any],
+    ) -> DiffResult:  # fmt: skip
+        changes = wire.changed_keys(old_inputs, news)
+        return DiffResult(changes=changes, replaces=[k for k in changes if k in _REPLACE_ON_CHANGES])
+
+    def create(
+        self, typ: str, name: str, inputs: dict[str, Any], preview: bool
+    ) -> tuple[str, dict[str, Any]]:
+        refuse_unknown_inputs(typ, name, inputs, _INPUTS)
+        if preview:
+            return "", {**inputs, **{k: wire.UNKNOWN for k in _OUTPUTS}}
+        outputs = self._run(name, inputs, str(wire.plain(inputs.get("create")) or ""), None)
+        # commandController.go Create: the ID is the resource name plus a random suffix.
+        return f"{name}{os.urandom(4).hex()}", outputs
+
+    def read(
+        self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> ReadResult:
+        return ReadResult(id_, inputs, outputs)
+
+    def update(
+        self, typ: str, name: str, id_: str, old_outputs: dict[str, Any], news: dict[str, Any],
+        preview: bool,
+    ) -> dict[str, Any]:  # fmt: skip
+        refuse_unknown_inputs(typ, name, news, _INPUTS)
+        if preview:
+            return {**news, **{k: wire.UNKNOWN for k in _OUTPUTS}}
+        command = wire.plain(news.get("update")) or wire.plain(news.get("create")) or ""
+        previous = {k: str(wire.plain(old_outputs.get(k)) or "") for k in _OUTPUTS}
+        return self._run(name, news, str(command), previous)
+
+    def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        command = wire.plain(outputs.get("delete") or inputs.get("delete"))
+        if command:
+            self._run(id_, {**outputs, **inputs}, str(command), None)
+
+    # --- the connection -------------------------------------------------------------
+
+    def _run(
+        self, name: str, inputs: dict[str, Any], command: str, previous: dict[str, str] | None
+    ) -> dict[str, Any]:
+        if not command:
+            return {**inputs, "stdout": "", "stderr": ""}
+        target = self._target(wire.plain(inputs["connection"]))
+        if previous and wire.plain(inputs.get("addPreviousOutputInEnv")) is not False:
+            # commandController.go Update: the previous outputs, when not empty, are offered
+            # as PULUMI_COMMAND_STDOUT / PULUMI_COMMAND_STDERR.
+            env = [f"PULUMI_COMMAND_{k.upper()}={shlex.quote(v)}" for k, v in previous.items() if v]
+            command = " ".join([*env, command])
+        stdin = wire.plain(inputs.get("stdin"))
+        result = self._transport(target, command, stdin=stdin, timeout=3 * 3600)
+        if result.returncode != 0:
+            tail = "\n".join(str(result.stderr).strip().splitlines()[-15:])
+            raise ProviderError(
+                f"{name}: command failed on {target.host} (exit {result.returncode}):\n{tail}"
+            )
+        # stdout/stderr of a secret-bearing command stay secret (additionalSecretOutputs).
+        stdout = str(result.stdout).removesuffix("\n")
+        stderr = str(result.stderr).removesuffix("\n")
+        return {**inputs, "stdout": stdout, "stderr": stderr}
+
+    def _target(self, conn: dict[str, Any]) -> SshTarget:
+        host, user = str(conn["host"]), str(conn.get("user") or "root")
+        port = int(conn.get("port") or 22)
+        key_text = str(conn.get("privateKey") or "")
+        digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
+        key = self._keydir / f"key-{digest}"
+        with self._lock:
+            if key_text and not key.exists():
+                fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(key_text if key_text.endswith("\n") else key_text + "\n")
+        timeout = int(conn.get("perDialTimeout") or 15)
+        opts = ["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+                "-o", f"ConnectTimeout={timeout}", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=4"]  # fmt: skip
+        if key_text:
+            opts = ["-i", str(key), *opts]
+        if conn.get("hostKey"):
+            kh = self._keydir / f"known_hosts-{host}-{port}"
+            line_host = host if port == 22 else f"[{host}]:{port}"
+            kh.write_text(f"{line_host} {conn['hostKey']}\n")
+            opts += ["-o", f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes"]
+        else:
+            # connection.go: without hostKey the Go client accepts any host key.
+            opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
+        return ssh_target(user, host, port, opts)
+
+
+def _known(typ: str) -> None:
+    if typ != TYPE:
+        raise ProviderError(f"the local engine does not model {typ} (pulumi-command models {TYPE})")
+

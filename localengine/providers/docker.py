@@ -1,0 +1,331 @@
+"""pulumi-docker 5.2.0, i.e. kreuzwerker/terraform-provider-docker through Pulumi's
+Terraform bridge (rules and sources: docs/engine-rules.md).
+
+Provider (`pulumi:providers:docker`): `host` ssh://user@host:port and `sshOpts`; every API
+call goes over the workstation's `ssh`. Here the docker CLI runs on the node over the same
+ssh command line (a stand-in for the API over `docker system dial-stdio`: same daemon,
+same answers).
+
+Rules traced from kreuzwerker v4.5.0, the upstream pulumi-docker 5.x pins (the newer
+upstream of 5.2.0 is not public in this form; its schema differs only in fields unused here).
+
+Container: the bridge diffs the new inputs against the STATE (old outputs: what the last
+create, update or read recorded); a change of a ForceNew attribute replaces, deleting
+first (pulumi-docker sets DeleteBeforeReplace), any other change is an update. Read drops a
+container that is gone; a stopped one gets `exitCode` and `mustRun` false in state (no wait,
+no delete), so the next `up` updates it, which starts it again. `envs`, `labels` and
+`volumes` are not read back. Update changes the restart policy and limits of the live
+container, starts it when `mustRun` goes false -> true, and records the planned state.
+
+RemoteImage: create uses the image already on the node, pulling only when it is absent;
+read drops it when the image is gone; delete removes it unless `keepLocally`; a
+replacement creates before it deletes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from localengine import wire
+from localengine.providers.base import (
+    DiffResult,
+    ProviderError,
+    ReadResult,
+    Transport,
+    refuse_unknown_inputs,
+    ssh_target,
+)
+from sparkvllm.remote import SshTarget
+
+PROVIDER = "pulumi:providers:docker"
+CONTAINER = "docker:index/container:Container"
+REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+
+# resource_docker_container.go: attributes without ForceNew (the rest force a new container).
+_CONTAINER_NOT_FORCE_NEW = {
+    "restart", "maxRetryCount", "cpuShares", "memory", "memorySwap", "cpuSet",
+    "mustRun", "start", "attach", "logs", "wait", "waitTimeout", "healthcheck",
+    "destroyGraceSeconds", "removeVolumes", "containerReadRefreshTimeoutMilliseconds",
+}  # fmt: skip
+# resourceDockerContainerUpdate: what an update changes on the live container.
+_CONTAINER_UPDATED_LIVE = {"restart", "maxRetryCount", "cpuShares", "memory", "memorySwap",
+                           "cpuSet"}  # fmt: skip
+_CONTAINER_INPUTS = {"rm",
+    "name", "image", "command", "entrypoints", "envs", "labels", "networkMode", "ipcMode",
+    "pidMode", "gpus", "volumes", "devices", "ulimits", "capabilities", "restart",
+    "maxRetryCount", "healthcheck", "stopTimeout", "mustRun", "wait", "waitTimeout", "shmSize",
+    "start", "logs", "attach", "destroyGraceSeconds", "removeVolumes",
+    "containerReadRefreshTimeoutMilliseconds",
+}  # fmt: skip
+# Schema defaults the bridge fills in at Check.
+_CONTAINER_DEFAULTS: dict[str, Any] = {
+    "restart": "no", "mustRun": True, "start": True, "attach": False, "logs": False,
+    "wait": False, "waitTimeout": 60, "removeVolumes": True, "rm": False,
+    "networkMode": "bridge", "containerReadRefreshTimeoutMilliseconds": 15000,
+}  # fmt: skip
+_HEALTHCHECK_DEFAULTS = {"interval": "0s", "timeout": "0s", "startPeriod": "0s",
+                         "startInterval": "0s", "retries": 0}  # fmt: skip
+_IMAGE_INPUTS = {"name", "keepLocally", "forceRemove", "pullTriggers", "triggers", "platform"}
+_IMAGE_NOT_FORCE_NEW = {"keepLocally", "forceRemove"}
+
+
+class DockerProvider:
+    def __init__(self, transport: Transport, provider_inputs: dict[str, Any]):
+        self._transport = transport
+        self._target = _target(provider_inputs)
+
+    # --- engine calls ---------------------------------------------------------------
+
+    def check(self, typ: str, olds: dict[str, Any], news: dict[str, Any]) -> dict[str, Any]:
+        if typ == CONTAINER:
+            out = {**_CONTAINER_DEFAULTS, **{k: v for k, v in news.items() if v is not None}}
+            if isinstance(out.get("healthcheck"), dict):
+                out["healthcheck"] = {**_HEALTHCHECK_DEFAULTS, **out["healthcheck"]}
+            for d in out.get("devices") or []:
+                if isinstance(d, dict):
+                    d.setdefault("permissions", "rwm")
+            return out
+        if typ == REMOTE_IMAGE:
+            return {k: v for k, v in news.items() if v is not None}
+        raise ProviderError(f"the local engine does not model {typ} (pulumi-docker)")
+
+    def diff(
+        self, typ: str, id_: str, old_inputs: dict[str, Any], old_outputs: dict[str, Any],
+        news: dict[str, Any],
+    ) -> DiffResult:  # fmt: skip
+        # The bridge plans against the state: outputs, which hold every attribute.
+        planned = {k: old_outputs.get(k, old_inputs.get(k)) for k in news}
+        changes = [k for k in wire.changed_keys(planned, news) if k in news]
+        keep = _CONTAINER_NOT_FORCE_NEW if typ == CONTAINER else _IMAGE_NOT_FORCE_NEW
+        replaces = [k for k in changes if k not in keep]
+        # resources.go: Container is DeleteBeforeReplace; RemoteImage creates first.
+        return DiffResult(changes, replaces, delete_before_replace=typ == CONTAINER and bool(replaces))
+
+    def create(
+        self, typ: str, name: str, inputs: dict[str, Any], preview: bool
+    ) -> tuple[str, dict[str, Any]]:
+        if typ == CONTAINER:
+            refuse_unknown_inputs(typ, name, inputs, _CONTAINER_INPUTS)
+            if preview:
+                return "", {**inputs, "id": wire.UNKNOWN}
+            argv = docker_run_argv(name, wire.plain(inputs))
+            cid = self._docker(name, shlex.join(argv)).strip()
+            # Create ends with a Read (an exited container is recorded with mustRun false).
+            found = self._inspect_container(cid)
+            if found is None:
+                raise ProviderError(f"{name}: container {cid} vanished right after it started")
+            return cid, _read_back({**inputs, "id": cid}, found)
+        refuse_unknown_inputs(typ, name, inputs, _IMAGE_INPUTS)
+        ref = str(wire.plain(inputs["name"]))
+        if preview:
+            return "", {**inputs, "imageId": wire.UNKNOWN, "repoDigest": wire.UNKNOWN}
+        image_id = self._image_id(ref)
+        if image_id is None:
+            # findImage: not on the node, so pull it from its registry.
+            self._docker(name, f"docker pull {shlex.quote(ref)} >&2")
+            image_id = self._image_id(ref)
+            if image_id is None:
+                raise ProviderError(f"{name}: image {ref} not found after pull")
+        return f"{image_id}{ref}", {**inputs, "imageId": image_id, "repoDigest": ""}
+
+    def read(
+        self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> ReadResult:
+        if typ == REMOTE_IMAGE:
+            image_id = self._image_id(str(wire.plain(outputs.get("name") or inputs["name"])))
+            if image_id is None:
+                return ReadResult(None, inputs, outputs)
+            return ReadResult(id_, inputs, {**outputs, "imageId": image_id})
+        found = self._inspect_container(id_)
+        if found is None:
+            return ReadResult(None, inputs, outputs)
+        outs = _read_back(outputs, found)
+        # ExtractInputsFromOutputs on refresh: inputs already present take the read value.
+        new_inputs = {k: outs.get(k, v) if k in _READ_INTO_INPUTS else v for k, v in inputs.items()}
+        return ReadResult(id_, new_inputs, outs)
+
+    def update(
+        self, typ: str, name: str, id_: str, old_outputs: dict[str, Any], news: dict[str, Any],
+        preview: bool,
+    ) -> dict[str, Any]:  # fmt: skip
+        if typ != CONTAINER:
+            return {**old_outputs, **news}
+        refuse_unknown_inputs(typ, name, news, _CONTAINER_INPUTS)
+        changed = set(wire.changed_keys(old_outputs, news))
+        if not preview:
+            cid = shlex.quote(id_)
+            if "mustRun" in changed and news.get("mustRun") and news.get("start", True):
+                self._docker(name, f"docker start {cid} >/dev/null")
+            if changed & _CONTAINER_UPDATED_LIVE:
+                restart = str(wire.plain(news.get("restart")) or "no")
+                if restart == "on-failure" and news.get("maxRetryCount"):
+                    restart += f":{int(news['maxRetryCount'])}"
+                self._docker(name, f"docker update --restart {shlex.quote(restart)} {cid} >/dev/null")
+        # No Read after an update: the state is the planned state.
+        return {**old_outputs, **news, "id": id_}
+
+    def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        if typ == REMOTE_IMAGE:
+            if not wire.plain(outputs.get("keepLocally", inputs.get("keepLocally"))):
+                ref = shlex.quote(str(wire.plain(outputs.get("name") or inputs.get("name"))))
+                self._docker(id_, f"docker image rm {ref} >/dev/null 2>&1 || true")
+            return
+        # Stop with destroyGraceSeconds (default 0), then remove with force.
+        grace = int(wire.plain(outputs.get("destroyGraceSeconds")) or 0)
+        vols = " -v" if wire.plain(outputs.get("removeVolumes", True)) else ""
+        cid = shlex.quote(id_)
+        self._docker(
+            id_, f"docker stop -t {grace} {cid} >/dev/null 2>&1; docker rm -f{vols} {cid} >/dev/null 2>&1 || true"
+        )
+
+    # --- the node's docker ----------------------------------------------------------
+
+    def _docker(self, name: str, command: str) -> str:
+        result = self._transport(self._target, command, stdin=None, timeout=3600)
+        if result.returncode != 0:
+            tail = "\n".join(str(result.stderr).strip().splitlines()[-15:])
+            raise ProviderError(f"{name}: docker on {self._target.host} failed:\n{tail}")
+        return str(result.stdout)
+
+    def _image_id(self, ref: str) -> str | None:
+        out = self._docker(
+            ref, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)} 2>/dev/null || true"
+        ).strip()
+        return out or None
+
+    def _inspect_container(self, id_or_name: str) -> dict[str, Any] | None:
+        out = self._docker(
+            id_or_name, f"docker container inspect {shlex.quote(id_or_name)} 2>/dev/null || true"
+        ).strip()
+        found = json.loads(out) if out else []
+        return found[0] if found else None
+
+
+def _target(provider_inputs: dict[str, Any]) -> SshTarget:
+    host = str(wire.plain(provider_inputs.get("host") or ""))
+    if not host.startswith("ssh://"):
+        raise ProviderError(f"docker provider host {host!r}: the local engine models ssh:// only")
+    userhost, _, port = host.removeprefix("ssh://").rpartition(":")
+    user, _, hostname = userhost.rpartition("@")
+    opts = wire.plain(provider_inputs.get("sshOpts")) or []
+    if isinstance(opts, str):  # provider config crosses the wire as a JSON string
+        opts = json.loads(opts)
+    return ssh_target(user or "root", hostname, int(port or 22), [str(o) for o in opts])
+
+
+def go_duration_ns(ns: int) -> str:
+    """A duration as Go prints it ("1m30s"), which is how the provider reads it back."""
+    seconds = ns // 1_000_000_000
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h}h{m}m{s}s"
+    if m:
+        return f"{m}m{s}s"
+    return f"{s}s"
+
+
+_READ_INTO_INPUTS = {"image", "name", "command", "entrypoints", "networkMode", "ipcMode",
+                     "pidMode", "restart", "maxRetryCount", "capabilities", "healthcheck",
+                     "stopTimeout", "mustRun"}  # fmt: skip
+
+
+def _read_back(state: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    """`state` with the attributes resourceDockerContainerRead sets from the live container
+    (env, labels and volumes keep their recorded values)."""
+    config, host = found.get("Config") or {}, found.get("HostConfig") or {}
+    policy = host.get("RestartPolicy") or {}
+    image = str(wire.plain(state.get("image")) or "")
+    out: dict[str, Any] = {
+        **state,
+        "id": found["Id"],
+        "name": str(found.get("Name", "")).lstrip("/"),
+        # A sha256 ID reads back as the container's image ID, a name as the name given.
+        "image": found.get("Image", "") if image.startswith("sha256:") else config.get("Image", ""),
+        "command": list(config.get("Cmd") or []),
+        "entrypoints": list(config.get("Entrypoint") or []),
+        "networkMode": host.get("NetworkMode", ""),
+        "ipcMode": host.get("IpcMode", ""),
+        "restart": policy.get("Name") or "no",
+        "maxRetryCount": policy.get("MaximumRetryCount") or 0,
+    }
+    if not found["State"]["Running"]:
+        out["exitCode"] = found["State"].get("ExitCode", 0)
+        if wire.plain(state.get("mustRun", True)):
+            out["mustRun"] = False
+    if state.get("pidMode"):
+        out["pidMode"] = host.get("PidMode", "")
+    if host.get("CapAdd") or host.get("CapDrop"):
+        # Strings exactly as the daemon stores them (no CAP_ normalisation).
+        caps: dict[str, Any] = {"adds": list(host.get("CapAdd") or [])}
+        if host.get("CapDrop"):
+            caps["drops"] = list(host["CapDrop"])
+        out["capabilities"] = caps
+    hc = config.get("Healthcheck")
+    if hc and hc.get("Test"):
+        out["healthcheck"] = {
+            "tests": list(hc["Test"]),
+            "interval": go_duration_ns(int(hc.get("Interval") or 0)),
+            "timeout": go_duration_ns(int(hc.get("Timeout") or 0)),
+            "startPeriod": go_duration_ns(int(hc.get("StartPeriod") or 0)),
+            "startInterval": go_duration_ns(int(hc.get("StartInterval") or 0)),
+            "retries": hc.get("Retries") or 0,
+        }
+    if config.get("StopTimeout") is not None:
+        out["stopTimeout"] = config["StopTimeout"]
+    return out
+
+
+def docker_run_argv(name: str, inputs: dict[str, Any]) -> list[str]:
+    """`docker run -d ...` for a Container's inputs (create + start, as the provider does)."""
+    argv = ["docker", "run", "-d", "--name", str(inputs["name"])]
+    for label in inputs.get("labels") or []:
+        argv += ["--label", f"{label['label']}={label['value']}"]
+    for env in inputs.get("envs") or []:
+        argv += ["-e", str(env)]
+    for flag, key in (("--network", "networkMode"), ("--ipc", "ipcMode"), ("--pid", "pidMode")):
+        if inputs.get(key):
+            argv += [flag, str(inputs[key])]
+    if inputs.get("gpus"):
+        argv += ["--gpus", str(inputs["gpus"])]
+    if inputs.get("shmSize"):
+        argv += ["--shm-size", f"{int(inputs['shmSize'])}m"]
+    for v in inputs.get("volumes") or []:
+        ro = ":ro" if v.get("readOnly") else ""
+        argv += ["-v", f"{v['hostPath']}:{v['containerPath']}{ro}"]
+    for d in inputs.get("devices") or []:
+        argv += ["--device", f"{d['hostPath']}:{d['containerPath']}:{d.get('permissions', 'rwm')}"]
+    for u in inputs.get("ulimits") or []:
+        argv += ["--ulimit", f"{u['name']}={int(u['soft'])}:{int(u['hard'])}"]
+    for cap in (inputs.get("capabilities") or {}).get("adds") or []:
+        argv += ["--cap-add", str(cap)]
+    restart = str(inputs.get("restart") or "no")
+    if restart == "on-failure" and inputs.get("maxRetryCount"):
+        restart += f":{int(inputs['maxRetryCount'])}"
+    argv += ["--restart", restart]
+    if inputs.get("stopTimeout") is not None:
+        argv += ["--stop-timeout", str(int(inputs["stopTimeout"]))]
+    hc = inputs.get("healthcheck")
+    if hc:
+        tests = list(hc["tests"])
+        if tests[0] == "CMD":
+            cmd = shlex.join(tests[1:])
+        elif tests[0] == "CMD-SHELL":
+            cmd = tests[1]
+        else:
+            raise ProviderError(f"{name}: healthcheck test {tests[0]} is not modelled")
+        argv += ["--health-cmd", cmd]
+        for flag, key in (("--health-interval", "interval"), ("--health-timeout", "timeout"),
+                          ("--health-start-period", "startPeriod")):  # fmt: skip
+            if hc.get(key):
+                argv += [flag, str(hc[key])]
+        if hc.get("retries"):
+            argv += ["--health-retries", str(int(hc["retries"]))]
+    entry = list(inputs.get("entrypoints") or [])
+    if entry:
+        argv += ["--entrypoint", entry[0]]
+    argv.append(str(inputs["image"]))
+    argv += entry[1:] + [str(c) for c in inputs.get("command") or []]
+    return argv

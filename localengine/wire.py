@@ -1,0 +1,125 @@
+"""Property values as they cross the resource monitor and sit in state: Pulumi's JSON form.
+
+A value is plain JSON, except for two markers the engine and providers agree on
+(pulumi sdk/python/lib/pulumi/runtime/rpc.py): the unknown sentinel (a value computed
+later, only in preview) and the secret wrapper `{SECRET_KEY: SECRET_SIG, "value": v}`.
+Resource references, assets and archives are not used by this program and are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+SIG_KEY = "4dabf18193072939515e22adb298388d"
+SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_OTHER_SIGS = {
+    "5cf8f73096256a8f31e491e813e4eb8e": "resource reference",
+    "c44067f5952c0a294b673a41bacd8c17": "asset",
+    "0def7320c3a5731c473e5ecbe6d01bc7": "archive",
+    "d0e6a833031e9bbcd3f4e8bde6ca49a4": "output value",
+}
+
+
+class UnsupportedValue(Exception):
+    """A value the local engine does not model."""
+
+
+def from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    value = json_format.MessageToDict(struct)
+    check_supported(value, "")
+    return value
+
+
+def to_struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    struct = struct_pb2.Struct()
+    json_format.ParseDict(value, struct)
+    return struct
+
+
+def check_supported(value: Any, path: str) -> None:
+    if isinstance(value, dict):
+        kind = _OTHER_SIGS.get(str(value.get(SIG_KEY)))
+        if kind:
+            raise UnsupportedValue(f"{path or 'a value'} is a {kind}, which the engine refuses")
+        for k, v in value.items():
+            check_supported(v, f"{path}.{k}" if path else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_supported(v, f"{path}[{i}]")
+
+
+def secret(value: Any) -> dict[str, Any]:
+    return {SIG_KEY: SECRET_SIG, "value": value}
+
+
+def is_secret(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(SIG_KEY) == SECRET_SIG
+
+
+def plain(value: Any) -> Any:
+    """`value` with every secret wrapper removed (what a provider computes with)."""
+    if is_secret(value):
+        return plain(value.get("value"))
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def contains_secret(value: Any) -> bool:
+    if is_secret(value):
+        return True
+    if isinstance(value, dict):
+        return any(contains_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(contains_secret(v) for v in value)
+    return False
+
+
+def has_unknown(value: Any) -> bool:
+    if value == UNKNOWN:
+        return True
+    if isinstance(value, dict):
+        return any(has_unknown(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_unknown(v) for v in value)
+    return False
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal as providers compare: secretness aside; an unknown equals nothing."""
+    if has_unknown(a) or has_unknown(b):
+        return False
+    return bool(plain(a) == plain(b))
+
+
+def empty(value: Any) -> bool:
+    """Unset as Terraform and the go-provider see it (absent, null, "" for optional, [] or {})."""
+    return value is None or value == [] or value == {}
+
+
+def changed_keys(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+    """Top-level keys whose values differ (absent and empty are equal)."""
+    keys = set(olds) | set(news)
+    return sorted(
+        k
+        for k in keys
+        if not (empty(olds.get(k)) and empty(news.get(k))) and not same(olds.get(k), news.get(k))
+    )
+
+
+def redacted(value: Any) -> Any:
+    """`value` with each secret shown as "[secret]" (for logs and plans)."""
+    if is_secret(value):
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    if value == UNKNOWN:
+        return "[unknown]"
+    return value

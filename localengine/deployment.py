@@ -91,8 +91,10 @@ class Deployment:
         preview: bool,
         log: Callable[[str], None] = print,
         replace_urns: frozenset[str] = frozenset(),
+        provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
     ):
         self.state_file = state
+        self._factory = provider_factory
         self.stack = state.stack
         self.transport = transport
         self.preview = preview
@@ -190,6 +192,12 @@ class Deployment:
         return instance
 
     def _provider_instance(self, pkg: str, inputs: dict[str, Any]) -> Provider:
+        if self._factory is not None:
+            key = f"factory:{pkg}:{sorted(inputs.items())!r}"
+            with self._lock:
+                if key not in self._providers:
+                    self._providers[key] = self._factory(pkg, inputs)
+                return self._providers[key]
         if pkg == "command":
             with self._lock:
                 cached = self._providers.get("command")
@@ -206,7 +214,9 @@ class Deployment:
         """The provider reference of the default provider of `typ`'s package (made once)."""
         pkg = typ.split(":", 1)[0]
         if pkg not in _PACKAGES:
-            raise EngineError(f"the local engine does not model resources of package {pkg!r} ({typ})")
+            raise EngineError(
+                f"the local engine does not model resources of package {pkg!r} ({typ})"
+            )
         name = "default" + (f"_{version.replace('.', '_')}" if version else "")
         urn = make_urn(self.stack, "", f"{PROVIDER_PREFIX}{pkg}", name)
         with self._lock:
@@ -214,7 +224,10 @@ class Deployment:
             if urn not in self.registered:
                 self.registered.add(urn)
                 res = existing or ResourceState(
-                    urn=urn, type=f"{PROVIDER_PREFIX}{pkg}", custom=True, id=str(uuid.uuid4()),
+                    urn=urn,
+                    type=f"{PROVIDER_PREFIX}{pkg}",
+                    custom=True,
+                    id=str(uuid.uuid4()),
                     inputs={"version": version} if version else {},
                 )
                 res = replace(res, outputs=dict(res.inputs))
@@ -262,32 +275,38 @@ class Deployment:
         with self._lock:
             for urn, res in list(self.current.items()):
                 deps = [d for d in res.dependencies if d != gone]
-                props = {k: [d for d in v if d != gone] for k, v in res.propertyDependencies.items()}
+                props = {
+                    k: [d for d in v if d != gone] for k, v in res.propertyDependencies.items()
+                }
                 if deps != res.dependencies or props != res.propertyDependencies:
                     self.current[urn] = replace(res, dependencies=deps, propertyDependencies=props)
             self._save()
 
     # --- registration ---------------------------------------------------------------
 
-    def alias_urns(self, parent: str, typ: str, name: str, specs: list[dict[str, Any]]) -> list[str]:
-        """URNs the resource may have had: each alias spec, under its parent's current URN
-        and under every alias of that parent (children inherit their parent's aliases)."""
-        parents = [parent, *self.aliases_of.get(parent, [])]
+    def alias_urns(
+        self, parent: str, typ: str, name: str, specs: list[dict[str, Any]]
+    ) -> list[str]:
+        """URNs the resource may have had (collapseAliasToUrn): each alias spec under its
+        parent; and, when the parent itself was found by an alias, the same under each old
+        parent URN with a leading parent name swapped for the old one (inheritedChildAlias)."""
         out: list[str] = []
-        for spec in [{}, *specs]:
-            if not spec and not self.aliases_of.get(parent):
-                continue
-            for p in parents:
-                if spec.get("noParent"):
-                    p = ""
-                elif spec.get("parentUrn"):
-                    p = str(spec["parentUrn"])
-                urn = make_urn(
-                    str(spec.get("stack") or self.stack), p, str(spec.get("type") or typ),
-                    str(spec.get("name") or name),
-                )
-                if urn not in out:
-                    out.append(urn)
+
+        def add(urn: str) -> None:
+            if urn not in out:
+                out.append(urn)
+
+        for spec in specs:
+            p = "" if spec.get("noParent") else str(spec.get("parentUrn") or parent)
+            add(make_urn(str(spec.get("stack") or self.stack), p, str(spec.get("type") or typ),
+                         str(spec.get("name") or name)))  # fmt: skip
+        parent_name = parent.rsplit("::", 1)[-1] if parent else ""
+        for old_parent in self.aliases_of.get(parent, []):
+            old_parent_name = old_parent.rsplit("::", 1)[-1]
+            for alias_name in [name, *(str(s.get("name") or name) for s in specs)]:
+                if parent_name and alias_name.startswith(parent_name):
+                    alias_name = old_parent_name + alias_name[len(parent_name) :]
+                add(make_urn(self.stack, old_parent, typ, alias_name))
         return out
 
     def register_component(self, typ: str, name: str, parent: str, aliases: list[str]) -> str:
@@ -354,7 +373,11 @@ class Deployment:
                 self.aliases_of[urn] = [a for a in aliases if a != urn]
                 old = self.current.get(old_urn) if old_urn else None
             is_provider = typ.startswith(PROVIDER_PREFIX)
-            if not is_provider and not typ.startswith("pulumi-python:dynamic:") and not provider_ref:
+            if (
+                not is_provider
+                and not typ.startswith("pulumi-python:dynamic:")
+                and not provider_ref
+            ):
                 provider_ref = self._default_provider(typ, version)
             new = ResourceState(
                 urn=urn, type=typ, custom=True, parent=parent, provider=provider_ref,
@@ -408,6 +431,7 @@ class Deployment:
         with self._lock:
             if old is not None and old.urn != new.urn:
                 self.current.pop(old.urn, None)
+            self._providers.pop(f"{new.urn}::{new.id}", None)  # configure with the new config
             self.steps.append(Step(new.urn, op, keys, time.monotonic() - started))
             self._put(new)
         return new.urn, new.id, new.outputs
@@ -517,7 +541,9 @@ class Deployment:
         started = time.monotonic()
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
-            self._call("delete", res, lambda: provider.delete(res.type, res.id, res.inputs, res.outputs))
+            self._call(
+                "delete", res, lambda: provider.delete(res.type, res.id, res.inputs, res.outputs)
+            )
         key = next((u for u, r in self.current.items() if r is res), res.urn)
         with self._lock:
             self.steps.append(Step(res.urn, "delete", seconds=time.monotonic() - started))
@@ -589,7 +615,9 @@ def _ignore_changes(
     out = dict(news)
     for path in paths:
         if "." in path or "[" in path:
-            raise EngineError(f"{name}: ignoreChanges path {path!r}: the engine models top-level keys")
+            raise EngineError(
+                f"{name}: ignoreChanges path {path!r}: the engine models top-level keys"
+            )
         if path in olds:
             out[path] = olds[path]
         else:

@@ -55,7 +55,9 @@ class EngineMonitor(MockMonitor):
             provider_ref=request.provider,
             version=request.version,
             dependencies=list(request.dependencies),
-            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items()},
+            property_dependencies={
+                k: list(v.urns) for k, v in request.propertyDependencies.items()
+            },
             delete_before_replace=bool(request.deleteBeforeReplace),
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
@@ -71,8 +73,11 @@ class EngineMonitor(MockMonitor):
         urns = [a.urn for a in request.aliases if a.urn]
         specs = [
             {
-                "name": a.spec.name, "type": a.spec.type, "stack": a.spec.stack,
-                "parentUrn": a.spec.parentUrn, "noParent": a.spec.noParent,
+                "name": a.spec.name,
+                "type": a.spec.type,
+                "stack": a.spec.stack,
+                "parentUrn": a.spec.parentUrn,
+                "noParent": a.spec.noParent,
             }  # fmt: skip
             for a in request.aliases
             if not a.urn

@@ -16,7 +16,7 @@ from typing import Any
 from localengine import wire
 from localengine.deployment import Deployment, Step
 from localengine.program import project_file, run_program
-from localengine.providers.base import Transport
+from localengine.providers.base import Provider, Transport
 from localengine.state import StateFile
 from sparkvllm.remote import run_ssh
 
@@ -93,11 +93,15 @@ def run(
     replace_urns: frozenset[str] = frozenset(),
     transport: Transport = run_ssh,
     log: Callable[[str], None] = print,
+    provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
 ) -> Result:
     started = time.monotonic()
     preview = operation == "preview"
     state = StateFile(project_dir, stack)
-    deployment = Deployment(state, transport, preview=preview, log=log, replace_urns=replace_urns)
+    deployment = Deployment(
+        state, transport, preview=preview, log=log, replace_urns=replace_urns,
+        provider_factory=provider_factory,
+    )  # fmt: skip
     do_refresh = refresh if refresh is not None else refresh_default(project_dir)
     error = ""
     with _interruptible(deployment):

@@ -30,7 +30,9 @@ def project_file(project_dir: Path) -> dict[str, Any]:
 def stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], list[str]]:
     path = project_dir / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        raise StackConfigError(f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack")
+        raise StackConfigError(
+            f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack"
+        )
     data = yaml.safe_load(path.read_text()) or {}
     values: dict[str, str] = {}
     for key, value in (data.get("config") or {}).items():
@@ -49,7 +51,7 @@ def run_program(project_dir: Path, stack: str, deployment: Deployment) -> None:
     """Run `__main__.py` with every registration going to `deployment`."""
     values, secret_keys = stack_config(project_dir, stack)
     pulumi.runtime.set_all_config(values, secret_keys)
-    runtime_settings.SETTINGS.root_resource = None
+    runtime_settings.ROOT.set(None)  # a fresh root stack resource for this run
     monitor = EngineMonitor(deployment)
     pulumi.runtime.set_mocks(
         monitor.mocks, project=PROJECT, stack=stack, preview=deployment.preview, monitor=monitor

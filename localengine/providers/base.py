@@ -58,8 +58,9 @@ class Provider(Protocol):
         preview: bool,
     ) -> dict[str, Any]: ...  # fmt: skip
 
-    def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        ...
+    def delete(
+        self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> None: ...
 
 
 def refuse_unknown_inputs(typ: str, name: str, inputs: dict[str, Any], known: set[str]) -> None:

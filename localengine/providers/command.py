@@ -63,7 +63,9 @@ class CommandProvider:
         news: dict[str, Any],
     ) -> DiffResult:  # fmt: skip
         changes = wire.changed_keys(old_inputs, news)
-        return DiffResult(changes=changes, replaces=[k for k in changes if k in _REPLACE_ON_CHANGES])
+        return DiffResult(
+            changes=changes, replaces=[k for k in changes if k in _REPLACE_ON_CHANGES]
+        )
 
     def create(
         self, typ: str, name: str, inputs: dict[str, Any], preview: bool
@@ -152,4 +154,3 @@ class CommandProvider:
 def _known(typ: str) -> None:
     if typ != TYPE:
         raise ProviderError(f"the local engine does not model {typ} (pulumi-command models {TYPE})")
-

@@ -101,7 +101,9 @@ class DockerProvider:
         keep = _CONTAINER_NOT_FORCE_NEW if typ == CONTAINER else _IMAGE_NOT_FORCE_NEW
         replaces = [k for k in changes if k not in keep]
         # resources.go: Container is DeleteBeforeReplace; RemoteImage creates first.
-        return DiffResult(changes, replaces, delete_before_replace=typ == CONTAINER and bool(replaces))
+        return DiffResult(
+            changes, replaces, delete_before_replace=typ == CONTAINER and bool(replaces)
+        )
 
     def create(
         self, typ: str, name: str, inputs: dict[str, Any], preview: bool
@@ -110,8 +112,7 @@ class DockerProvider:
             refuse_unknown_inputs(typ, name, inputs, _CONTAINER_INPUTS)
             if preview:
                 return "", {**inputs, "id": wire.UNKNOWN}
-            argv = docker_run_argv(name, wire.plain(inputs))
-            cid = self._docker(name, shlex.join(argv)).strip()
+            cid = self._run_container(name, wire.plain(inputs))
             # Create ends with a Read (an exited container is recorded with mustRun false).
             found = self._inspect_container(cid)
             if found is None:
@@ -124,7 +125,7 @@ class DockerProvider:
         image_id = self._image_id(ref)
         if image_id is None:
             # findImage: not on the node, so pull it from its registry.
-            self._docker(name, f"docker pull {shlex.quote(ref)} >&2")
+            self._pull(name, ref)
             image_id = self._image_id(ref)
             if image_id is None:
                 raise ProviderError(f"{name}: image {ref} not found after pull")
@@ -153,34 +154,53 @@ class DockerProvider:
         if typ != CONTAINER:
             return {**old_outputs, **news}
         refuse_unknown_inputs(typ, name, news, _CONTAINER_INPUTS)
-        changed = set(wire.changed_keys(old_outputs, news))
+        # As in diff: only attributes the config sets (null in config, zero in state: no change).
+        changed = set(wire.changed_keys({k: old_outputs.get(k) for k in news}, news))
         if not preview:
-            cid = shlex.quote(id_)
             if "mustRun" in changed and news.get("mustRun") and news.get("start", True):
-                self._docker(name, f"docker start {cid} >/dev/null")
+                self._start(name, id_)
             if changed & _CONTAINER_UPDATED_LIVE:
                 restart = str(wire.plain(news.get("restart")) or "no")
                 if restart == "on-failure" and news.get("maxRetryCount"):
                     restart += f":{int(news['maxRetryCount'])}"
-                self._docker(name, f"docker update --restart {shlex.quote(restart)} {cid} >/dev/null")
+                self._update_restart(name, id_, restart)
         # No Read after an update: the state is the planned state.
         return {**old_outputs, **news, "id": id_}
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         if typ == REMOTE_IMAGE:
             if not wire.plain(outputs.get("keepLocally", inputs.get("keepLocally"))):
-                ref = shlex.quote(str(wire.plain(outputs.get("name") or inputs.get("name"))))
-                self._docker(id_, f"docker image rm {ref} >/dev/null 2>&1 || true")
+                self._remove_image(id_, str(wire.plain(outputs.get("name") or inputs.get("name"))))
             return
         # Stop with destroyGraceSeconds (default 0), then remove with force.
         grace = int(wire.plain(outputs.get("destroyGraceSeconds")) or 0)
-        vols = " -v" if wire.plain(outputs.get("removeVolumes", True)) else ""
-        cid = shlex.quote(id_)
+        self._remove_container(id_, grace, bool(wire.plain(outputs.get("removeVolumes", True))))
+
+    # --- the node's docker (the seam: each primitive is one docker CLI call over ssh) --
+
+    def _run_container(self, name: str, inputs: dict[str, Any]) -> str:
+        return self._docker(name, shlex.join(docker_run_argv(name, inputs))).strip()
+
+    def _start(self, name: str, id_: str) -> None:
+        self._docker(name, f"docker start {shlex.quote(id_)} >/dev/null")
+
+    def _update_restart(self, name: str, id_: str, restart: str) -> None:
         self._docker(
-            id_, f"docker stop -t {grace} {cid} >/dev/null 2>&1; docker rm -f{vols} {cid} >/dev/null 2>&1 || true"
+            name, f"docker update --restart {shlex.quote(restart)} {shlex.quote(id_)} >/dev/null"
         )
 
-    # --- the node's docker ----------------------------------------------------------
+    def _remove_container(self, id_: str, grace: int, volumes: bool) -> None:
+        cid, vols = shlex.quote(id_), " -v" if volumes else ""
+        self._docker(
+            id_,
+            f"docker stop -t {grace} {cid} >/dev/null 2>&1; docker rm -f{vols} {cid} >/dev/null 2>&1 || true",
+        )
+
+    def _pull(self, name: str, ref: str) -> None:
+        self._docker(name, f"docker pull {shlex.quote(ref)} >&2")
+
+    def _remove_image(self, name: str, ref: str) -> None:
+        self._docker(name, f"docker image rm {shlex.quote(ref)} >/dev/null 2>&1 || true")
 
     def _docker(self, name: str, command: str) -> str:
         result = self._transport(self._target, command, stdin=None, timeout=3600)
@@ -191,7 +211,8 @@ class DockerProvider:
 
     def _image_id(self, ref: str) -> str | None:
         out = self._docker(
-            ref, f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)} 2>/dev/null || true"
+            ref,
+            f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)} 2>/dev/null || true",
         ).strip()
         return out or None
 

@@ -115,7 +115,10 @@ class DynamicProvider:
         outs = {**_secret_like(outputs, dict(result.outs)), PROVIDER_KEY: outputs[PROVIDER_KEY]}
         new_inputs = inputs
         if result.inputs is not None:
-            new_inputs = {**_secret_like(inputs, dict(result.inputs)), PROVIDER_KEY: outputs[PROVIDER_KEY]}
+            new_inputs = {
+                **_secret_like(inputs, dict(result.inputs)),
+                PROVIDER_KEY: outputs[PROVIDER_KEY],
+            }
         return ReadResult(str(result.id), new_inputs, outs)
 
     def update(

@@ -1,0 +1,388 @@
+"""The local engine's rules, scenario by scenario (after pulumi's pkg/engine/lifecycletest):
+a small Pulumi program in a temp project, run through `localengine.operations.run` with the
+provider models' node side effects replaced by an in-memory node. The decisions (check,
+diff, same/update/replace, order, state) are the real ones."""
+
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localengine import __main__ as cli
+from localengine.operations import Result, run
+from localengine.providers.base import Provider, ProviderError
+from localengine.providers.command import CommandProvider
+from localengine.providers.docker import DockerProvider, _target
+from localengine.providers.dynamic import DynamicProvider
+
+PROGRAM = textwrap.dedent(
+    """
+    import pulumi
+    import pulumi_command as command
+    import pulumi_docker as docker
+    from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+
+    cfg = pulumi.Config()
+    conn = command.remote.ConnectionArgs(
+        host="127.0.0.1", user="root", private_key=pulumi.Output.secret("TEST-KEY-9f1"))
+    a = command.remote.Command(
+        "a", connection=conn, create=cfg.get("a") or "echo a", delete="echo undo-a",
+        triggers=[cfg.get("trigger") or "1"])
+    if not cfg.get_bool("drop_b"):
+        b = command.remote.Command(
+            "b", connection=conn, create=a.stdout.apply(lambda s: f"echo b-{s}"),
+            delete="echo undo-b", opts=pulumi.ResourceOptions(depends_on=[a]))
+        pulumi.export("b", b.stdout)
+
+    class Box(pulumi.ComponentResource):
+        def __init__(self, name, opts=None):
+            super().__init__("test:index:Box", name, None, opts)
+            self.cmd = command.remote.Command(
+                f"{name}-cmd", connection=conn, create="echo box",
+                opts=pulumi.ResourceOptions(parent=self))
+            self.register_outputs({})
+
+    box_name = cfg.get("box") or "box"
+    Box(box_name, pulumi.ResourceOptions(
+        aliases=[pulumi.Alias(name="box")] if box_name != "box" else None))
+
+    p = docker.Provider("node", host="ssh://root@127.0.0.1:22",
+                        ssh_opts=[cfg.get("ssh_opt") or "-oBatchMode=yes"])
+    img = docker.RemoteImage("img", name=cfg.get("image") or "repo:1", keep_locally=True,
+                             opts=pulumi.ResourceOptions(provider=p))
+    c = docker.Container(
+        "web", name="web", image=img.image_id, command=["serve"], network_mode="host",
+        restart=cfg.get("restart") or "unless-stopped",
+        envs=[f"MODE={cfg.get('mode') or 'x'}"],
+        opts=pulumi.ResourceOptions(provider=p, depends_on=[a],
+                                    ignore_changes=["envs"] if cfg.get_bool("ignore_env") else None))
+
+    class Mark(ResourceProvider):
+        def create(self, props):
+            return CreateResult("mark-1", {"label": props["label"], "ok": True})
+        def read(self, id_, props):
+            ok = not (cfg_gone := props.get("label") == "vanish")
+            return ReadResult(id_ if ok else "", {**props, "ok": ok})
+        def diff(self, id_, olds, news):
+            return DiffResult(changes=olds.get("label") != news["label"], replaces=["label"])
+
+    class MarkRes(Resource):
+        def __init__(self, name, label):
+            super().__init__(Mark(), name, {"label": label, "ok": None})
+
+    MarkRes("mark", cfg.get("label") or "one")
+    """
+)
+
+
+@dataclass
+class Node:
+    """One in-memory node: commands run, containers, images, and a record of every call."""
+
+    calls: list[str] = field(default_factory=list)
+    fail: set[str] = field(default_factory=set)
+    containers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    images: dict[str, str] = field(default_factory=lambda: {"repo:1": "sha256:aaa"})
+    counter: int = 0
+
+
+class FakeCommand(CommandProvider):
+    def __init__(self, node: Node):
+        super().__init__(transport=None)
+        self.node = node
+
+    def _run(
+        self, name: str, inputs: dict[str, Any], command: str, previous: Any
+    ) -> dict[str, Any]:
+        self.node.calls.append(f"run {command}")
+        if command in self.node.fail:
+            raise ProviderError(f"{name}: command failed (exit 1): boom")
+        return {**inputs, "stdout": command.replace("echo ", ""), "stderr": ""}
+
+
+class FakeDocker(DockerProvider):
+    def __init__(self, node: Node, inputs: dict[str, Any]):
+        self._transport = None
+        self._target = _target(inputs)
+        self.node = node
+
+    def _run_container(self, name: str, inputs: dict[str, Any]) -> str:
+        self.node.counter += 1
+        cid = f"c{self.node.counter}"
+        self.node.calls.append(f"docker run {inputs['name']} {inputs['image']}")
+        self.node.containers[cid] = {
+            "Id": cid, "Name": f"/{inputs['name']}", "Image": inputs["image"],
+            "Config": {"Cmd": inputs.get("command") or [], "Image": inputs["image"]},
+            "HostConfig": {"NetworkMode": inputs.get("networkMode", "bridge"), "IpcMode": "private",
+                           "RestartPolicy": {"Name": inputs.get("restart"), "MaximumRetryCount": 0}},
+            "State": {"Running": True, "ExitCode": 0},
+        }  # fmt: skip
+        return cid
+
+    def _inspect_container(self, id_or_name: str) -> dict[str, Any] | None:
+        found = self.node.containers.get(id_or_name)
+        return copy.deepcopy(found) if found else None
+
+    def _start(self, name: str, id_: str) -> None:
+        self.node.calls.append(f"docker start {id_}")
+        self.node.containers[id_]["State"]["Running"] = True
+
+    def _update_restart(self, name: str, id_: str, restart: str) -> None:
+        self.node.calls.append(f"docker update {id_} {restart}")
+        self.node.containers[id_]["HostConfig"]["RestartPolicy"]["Name"] = restart
+
+    def _remove_container(self, id_: str, grace: int, volumes: bool) -> None:
+        self.node.calls.append(f"docker rm {id_}")
+        self.node.containers.pop(id_, None)
+
+    def _image_id(self, ref: str) -> str | None:
+        return self.node.images.get(ref)
+
+    def _pull(self, name: str, ref: str) -> None:
+        self.node.calls.append(f"docker pull {ref}")
+        self.node.images[ref] = "sha256:pulled"
+
+    def _remove_image(self, name: str, ref: str) -> None:
+        self.node.calls.append(f"docker image rm {ref}")
+        self.node.images.pop(ref, None)
+
+
+@dataclass
+class Project:
+    dir: Path
+    node: Node
+
+    def config(self, **values: Any) -> None:
+        cfg = {f"spark-vllm:{k}": v for k, v in values.items()}
+        (self.dir / "Pulumi.test.yaml").write_text(yaml.safe_dump({"config": cfg}))
+
+    def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider:
+        if pkg == "command":
+            return FakeCommand(self.node)
+        if pkg == "docker":
+            return FakeDocker(self.node, inputs)
+        return DynamicProvider()
+
+    def run(self, operation: str = "up", **kw: Any) -> Result:
+        self.node.calls.clear()
+        return run(
+            operation, "test", self.dir, provider_factory=self.factory, log=lambda _m: None, **kw
+        )
+
+    def state(self) -> dict[str, Any]:
+        path = self.dir / ".pulumi" / "stacks" / "spark-vllm" / "test.json"
+        return json.loads(path.read_text())["checkpoint"]["latest"]
+
+    def web(self) -> dict[str, Any]:
+        return next(iter(self.node.containers.values()))
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text("name: spark-vllm\nruntime: python\n")
+    (tmp_path / "__main__.py").write_text(PROGRAM)
+    p = Project(tmp_path, Node())
+    p.config()
+    return p
+
+
+def ops(result: Result) -> dict[str, str]:
+    """name -> op, for every step that is not `same`."""
+    assert not result.error, result.error
+    return {s.name: s.op for s in result.steps if s.op != "same"}
+
+
+def test_first_up_creates_everything_and_a_second_up_is_a_no_op(project: Project) -> None:
+    first = project.run()
+    assert set(ops(first).values()) == {"create"}
+    assert {"a", "b", "box", "box-cmd", "node", "img", "web", "mark"} <= set(ops(first))
+    assert first.outputs["b"] == "b-a"
+    again = project.run()
+    assert ops(again) == {}
+    assert again.provider_writes == 0 and project.node.calls == []
+    assert again.outputs["b"] == "b-a"
+
+
+def test_preview_runs_nothing_and_shows_what_up_does(project: Project) -> None:
+    project.run()
+    project.config(a="echo A2")
+    plan = project.run("preview")
+    assert project.node.calls == [] and plan.provider_writes == 0
+    # a's stdout is unknown in the preview of its update, so b's create input is unknown.
+    assert ops(plan) == {"a": "update", "b": "update"}
+    done = project.run()
+    assert ops(done) == {"a": "update", "b": "update"}
+    assert project.node.calls == ["run echo A2", "run echo b-A2"]
+
+
+def test_unchanged_stdout_after_an_update_leaves_the_dependent_same(project: Project) -> None:
+    project.run()
+    project.config(a="echo  a".replace("  ", " "), trigger="1")
+    assert ops(project.run()) == {}
+
+
+def test_triggers_replace_create_first_and_delete_the_old_after_the_program(
+    project: Project,
+) -> None:
+    project.run()
+    project.config(trigger="2")
+    assert ops(project.run("preview"))["a"] == "replace"
+    result = project.run()
+    assert ops(result)["a"] == "replace"
+    calls = project.node.calls
+    assert calls.index("run echo a") < calls.index("run echo undo-a")  # create before delete
+    assert calls[-1] == "run echo undo-a"  # the old one goes after everything else ran
+
+
+def test_container_force_new_deletes_before_it_creates(project: Project) -> None:
+    project.run()
+    project.node.images["repo:2"] = "sha256:bbb"
+    project.config(image="repo:2")
+    assert ops(project.run("preview")) == {"img": "replace", "web": "replace"}
+    result = project.run()
+    assert ops(result) == {"img": "replace", "web": "replace"}
+    calls = project.node.calls
+    assert calls.index("docker rm c1") < calls.index("docker run web sha256:bbb")
+    assert "docker image rm repo:1" not in calls  # keepLocally
+
+
+def test_in_place_container_update_changes_the_restart_policy_only(project: Project) -> None:
+    project.run()
+    project.config(restart="always")
+    result = project.run()
+    assert ops(result) == {"web": "update"}
+    assert project.node.calls == ["docker update c1 always"]
+
+
+def test_env_change_replaces_unless_ignored(project: Project) -> None:
+    project.run()
+    project.config(mode="y")
+    assert ops(project.run("preview")) == {"web": "replace"}
+    project.config(mode="y", ignore_env=True)
+    assert ops(project.run("preview")) == {}
+
+
+def test_provider_config_change_updates_the_provider_and_replaces_nothing(project: Project) -> None:
+    project.run()
+    project.config(ssh_opt="-oConnectTimeout=5")
+    assert ops(project.run()) == {"node": "update"}
+
+
+def test_unregistered_resources_are_deleted_dependents_first(project: Project) -> None:
+    project.run()
+    project.config(drop_b=True)
+    result = project.run()
+    assert ops(result) == {"b": "delete"}
+    assert project.node.calls == ["run echo undo-b"]
+    assert all(not r["urn"].endswith("::b") for r in project.state()["resources"])
+
+
+def test_destroy_deletes_in_reverse_dependency_order(project: Project) -> None:
+    project.run()
+    result = project.run("destroy")
+    assert not result.error
+    calls = project.node.calls
+    assert calls.index("run echo undo-b") < calls.index("run echo undo-a")
+    assert calls.index("docker rm c1") < calls.index("run echo undo-a")  # web depends on a
+    assert project.state()["resources"] == []
+
+
+def test_renamed_component_keeps_its_resources_through_aliases(project: Project) -> None:
+    project.run()
+    project.config(box="crate")
+    result = project.run()
+    assert ops(result) == {}, "the component and its child are found under their old URNs"
+    urns = [r["urn"] for r in project.state()["resources"]]
+    assert any(u.endswith("test:index:Box$command:remote:Command::crate-cmd") for u in urns)
+    assert not any(u.endswith("::box-cmd") for u in urns)
+
+
+def test_refresh_drops_a_removed_container_and_up_recreates_it(project: Project) -> None:
+    project.run()
+    project.node.containers.clear()
+    plan = project.run("preview", refresh=True)
+    assert [s.op for s in plan.refresh_steps if s.name == "web"] == ["delete"]
+    assert ops(plan) == {"web": "create"}
+    assert project.node.containers == {}, "a preview changes nothing"
+    assert ops(project.run(refresh=True)) == {"web": "create"}
+    assert ops(project.run(refresh=True)) == {}
+
+
+def test_refresh_of_a_stopped_container_records_must_run_false_and_up_starts_it(
+    project: Project,
+) -> None:
+    project.run()
+    project.web()["State"] = {"Running": False, "ExitCode": 137}
+    plan = project.run("preview", refresh=True)
+    assert ops(plan) == {"web": "update"}
+    assert project.node.containers, "the read does not delete the stopped container"
+    project.run(refresh=True)
+    assert project.node.calls[-1] == "docker start c1"
+    assert ops(project.run(refresh=True)) == {}
+
+
+def test_a_command_is_never_read_back(project: Project) -> None:
+    project.run()
+    result = project.run("refresh")
+    assert {s.op for s in result.refresh_steps} == {"same"}
+    assert not result.changed
+
+
+def test_dynamic_read_that_finds_the_resource_gone_makes_up_create_it(project: Project) -> None:
+    project.run()
+    project.config(label="vanish")
+    plan = project.run("preview")
+    assert ops(plan) == {"mark": "replace"}  # the provider's diff replaces on label
+    project.run()
+    refreshed = project.run("refresh")
+    assert [s.op for s in refreshed.refresh_steps if s.name == "mark"] == ["delete"]
+
+
+def test_failure_stops_new_steps_keeps_what_was_done_and_the_next_up_continues(
+    project: Project,
+) -> None:
+    project.node.fail.add("echo a")
+    failed = project.run()
+    assert "a: create failed" in failed.error and "boom" in failed.error
+    names = {r["urn"].rsplit("::", 1)[-1] for r in project.state()["resources"]}
+    assert "a" not in names and "b" not in names and "web" not in names
+    project.node.fail.clear()
+    resumed = project.run()
+    assert {"a", "b", "web"} <= set(ops(resumed))
+    assert "box-cmd" not in ops(resumed) or ops(resumed)["box-cmd"] == "create"
+
+
+def test_secrets_are_encrypted_in_the_state_file(project: Project) -> None:
+    project.run()
+    text = (project.dir / ".pulumi" / "stacks" / "spark-vllm" / "test.json").read_text()
+    assert "TEST-KEY-9f1" not in text and "ciphertext" in text
+    assert ops(project.run()) == {}, "decrypted inputs diff as equal"
+
+
+def test_cli_expect_no_changes_exits_7_when_something_changes(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "run", lambda *a, **kw: project.run(*a[:1], **{
+        k: v for k, v in kw.items() if k in ("refresh", "replace_urns")}))  # fmt: skip
+    assert cli.main(["up", "--stack", "test", "--json"]) == 0
+    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json"]) == 0
+    project.config(restart="always")
+    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json"]) == 7
+    out = json.loads(capsys.readouterr().out.strip().split("\n}\n")[-1] or "{}")
+    assert out["counts"]["update"] == 1
+
+
+def test_replace_flag_forces_a_replacement(project: Project) -> None:
+    project.run()
+    urn = next(r["urn"] for r in project.state()["resources"] if r["urn"].endswith("::a"))
+    result = project.run(replace_urns=frozenset({urn}))
+    assert ops(result)["a"] == "replace"

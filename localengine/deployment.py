@@ -537,7 +537,7 @@ class Deployment:
                 found.append(res)
         return list(reversed(found))
 
-    def _delete(self, res: ResourceState) -> None:
+    def _delete(self, res: ResourceState, logical: bool = True) -> None:
         started = time.monotonic()
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
@@ -545,10 +545,11 @@ class Deployment:
                 "delete", res, lambda: provider.delete(res.type, res.id, res.inputs, res.outputs)
             )
         key = next((u for u, r in self.current.items() if r is res), res.urn)
-        with self._lock:
-            self.steps.append(Step(res.urn, "delete", seconds=time.monotonic() - started))
-        if not self.preview or not res.delete:
-            self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}")
+        if logical:
+            with self._lock:
+                self.steps.append(Step(res.urn, "delete", seconds=time.monotonic() - started))
+        self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}"
+                 f"{'' if logical else ' (replaced)'}")  # fmt: skip
         self._drop(key)
 
     # --- after the program ----------------------------------------------------------
@@ -561,22 +562,14 @@ class Deployment:
                 (key, r) for key, r in self.current.items()
                 if r.delete or (r.urn not in self.registered)
             ]  # fmt: skip
-        for _key, res in reversed(doomed):
+        for _key, res in reversed(doomed):  # dependents first
             if self._failure or self.interrupted:
                 break
             self._begin(res.name)
             error: BaseException | None = None
             try:
-                if res.delete and res.urn in {s.urn for s in self.steps if s.op == "replace"}:
-                    if not self.preview:
-                        provider = self.provider_for(res)
-                        self._call("delete", res, lambda r=res, p=provider: p.delete(
-                            r.type, r.id, r.inputs, r.outputs))  # fmt: skip
-                    with self._lock:
-                        self.current.pop(_key, None)
-                        self._save()
-                else:
-                    self._delete(res)
+                # A replaced resource's old copy is not a step of its own (not logical).
+                self._delete(res, logical=not res.delete)
             except BaseException as e:
                 error = e
                 raise

@@ -32,7 +32,7 @@ class EngineMonitor(MockMonitor):
         super().__init__(_Refuse())
         self.deployment = deployment
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (the gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         dep = self.deployment
         if request.type == STACK_TYPE:
             urn = dep.register_component(request.type, request.name, "", [])
@@ -78,15 +78,15 @@ class EngineMonitor(MockMonitor):
                 "stack": a.spec.stack,
                 "parentUrn": a.spec.parentUrn,
                 "noParent": a.spec.noParent,
-            }  # fmt: skip
+            }
             for a in request.aliases
             if not a.urn
         ]
         return urns + self.deployment.alias_urns(request.parent, request.type, request.name, specs)
 
-    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
+    def RegisterResourceOutputs(self, request: Any) -> Any:
         self.deployment.component_outputs(request.urn, wire.from_struct(request.outputs))
         return empty_pb2.Empty()
 
-    def ReadResource(self, request: Any) -> Any:  # noqa: N802
+    def ReadResource(self, request: Any) -> Any:
         raise EngineError(f"{request.name}: reading existing resources is not modelled")

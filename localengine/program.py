@@ -63,7 +63,7 @@ def run_program(project_dir: Path, stack: str, deployment: Deployment) -> None:
     def program() -> pulumi.Output[Any]:
         runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
         root = runtime_settings.get_root_resource()
-        assert root is not None
+        assert isinstance(root, pulumi.ComponentResource)
         outputs = dict(getattr(root, "outputs", {}))
         root.register_outputs(outputs)
         return pulumi.Output.from_input(True)

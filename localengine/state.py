@@ -41,13 +41,13 @@ class ResourceState:
     parent: str = ""
     provider: str = ""
     dependencies: list[str] = field(default_factory=list)
-    propertyDependencies: dict[str, list[str]] = field(default_factory=dict)  # noqa: N815
-    deleteBeforeReplace: bool = False  # noqa: N815
-    ignoreChanges: list[str] = field(default_factory=list)  # noqa: N815
-    replaceOnChanges: list[str] = field(default_factory=list)  # noqa: N815
-    additionalSecretOutputs: list[str] = field(default_factory=list)  # noqa: N815
+    propertyDependencies: dict[str, list[str]] = field(default_factory=dict)
+    deleteBeforeReplace: bool = False
+    ignoreChanges: list[str] = field(default_factory=list)
+    replaceOnChanges: list[str] = field(default_factory=list)
+    additionalSecretOutputs: list[str] = field(default_factory=list)
     aliases: list[str] = field(default_factory=list)
-    customTimeouts: dict[str, str] = field(default_factory=dict)  # noqa: N815
+    customTimeouts: dict[str, str] = field(default_factory=dict)
     delete: bool = False  # a replaced resource awaiting deletion (pendingDelete)
 
     @property
@@ -160,7 +160,10 @@ class StateFile:
                 d["inputs"] = self._seal(r.inputs)
                 d["outputs"] = self._seal(r.outputs)
                 records.append(d)
-            provider = {"type": "passphrase" if self._salt else "keyfile", "state": {}}
+            provider: dict[str, Any] = {
+                "type": "passphrase" if self._salt else "keyfile",
+                "state": {},
+            }
             if self._salt:
                 provider["state"] = {"salt": self._salt}
             data = {

@@ -61,8 +61,9 @@ PROGRAM = textwrap.dedent(
         "web", name="web", image=img.image_id, command=["serve"], network_mode="host",
         restart=cfg.get("restart") or "unless-stopped",
         envs=[f"MODE={cfg.get('mode') or 'x'}"],
-        opts=pulumi.ResourceOptions(provider=p, depends_on=[a],
-                                    ignore_changes=["envs"] if cfg.get_bool("ignore_env") else None))
+        opts=pulumi.ResourceOptions(
+            provider=p, depends_on=[a],
+            ignore_changes=["envs"] if cfg.get_bool("ignore_env") else None))
 
     class Mark(ResourceProvider):
         def create(self, props):
@@ -93,9 +94,13 @@ class Node:
     counter: int = 0
 
 
+def _no_transport(*_a: Any, **_kw: Any) -> Any:
+    raise AssertionError("the in-memory node never reaches a transport")
+
+
 class FakeCommand(CommandProvider):
     def __init__(self, node: Node):
-        super().__init__(transport=None)
+        super().__init__(transport=_no_transport)
         self.node = node
 
     def _run(
@@ -109,7 +114,7 @@ class FakeCommand(CommandProvider):
 
 class FakeDocker(DockerProvider):
     def __init__(self, node: Node, inputs: dict[str, Any]):
-        self._transport = None
+        self._transport = _no_transport
         self._target = _target(inputs)
         self.node = node
 
@@ -121,7 +126,7 @@ class FakeDocker(DockerProvider):
             "Id": cid, "Name": f"/{inputs['name']}", "Image": inputs["image"],
             "Config": {"Cmd": inputs.get("command") or [], "Image": inputs["image"]},
             "HostConfig": {"NetworkMode": inputs.get("networkMode", "bridge"), "IpcMode": "private",
-                           "RestartPolicy": {"Name": inputs.get("restart"), "MaximumRetryCount": 0}},
+                           "RestartPolicy": {"Name": inputs.get("restart")}},
             "State": {"Running": True, "ExitCode": 0},
         }  # fmt: skip
         return cid

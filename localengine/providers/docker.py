@@ -179,7 +179,30 @@ class DockerProvider:
     # --- the node's docker (the seam: each primitive is one docker CLI call over ssh) --
 
     def _run_container(self, name: str, inputs: dict[str, Any]) -> str:
-        return self._docker(name, shlex.join(docker_run_argv(name, inputs))).strip()
+        """ContainerCreate then ContainerStart, through the Engine API over
+        `docker system dial-stdio` (the provider's own transport), so entrypoints, command
+        and healthcheck tests reach the daemon exactly as given."""
+        created = self._api(name, "POST", f"/containers/create?name={inputs['name']}",
+                            create_body(inputs))  # fmt: skip
+        cid = str(created["Id"])
+        self._api(name, "POST", f"/containers/{cid}/start", None)
+        return cid
+
+    def _api(self, name: str, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        payload = json.dumps(body) if body is not None else ""
+        request = (
+            f"{method} /v1.41{path} HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(payload.encode())}\r\n\r\n"
+            f"{payload}"
+        )
+        result = self._transport(
+            self._target, "docker system dial-stdio", stdin=request, timeout=600
+        )
+        status, answer = _http_response(str(result.stdout))
+        if status >= 300:
+            raise ProviderError(f"{name}: docker API {method} {path} on {self._target.host}: "
+                                f"{status} {answer.strip()[:500]}")  # fmt: skip
+        return json.loads(answer) if answer.strip() else None
 
     def _start(self, name: str, id_: str) -> None:
         self._docker(name, f"docker start {shlex.quote(id_)} >/dev/null")
@@ -193,7 +216,8 @@ class DockerProvider:
         cid, vols = shlex.quote(id_), " -v" if volumes else ""
         self._docker(
             id_,
-            f"docker stop -t {grace} {cid} >/dev/null 2>&1; docker rm -f{vols} {cid} >/dev/null 2>&1 || true",
+            f"docker stop -t {grace} {cid} >/dev/null 2>&1; "
+            f"docker rm -f{vols} {cid} >/dev/null 2>&1 || true",
         )
 
     def _pull(self, name: str, ref: str) -> None:
@@ -299,54 +323,96 @@ def _read_back(state: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def docker_run_argv(name: str, inputs: dict[str, Any]) -> list[str]:
-    """`docker run -d ...` for a Container's inputs (create + start, as the provider does)."""
-    argv = ["docker", "run", "-d", "--name", str(inputs["name"])]
-    for label in inputs.get("labels") or []:
-        argv += ["--label", f"{label['label']}={label['value']}"]
-    for env in inputs.get("envs") or []:
-        argv += ["-e", str(env)]
-    for flag, key in (("--network", "networkMode"), ("--ipc", "ipcMode"), ("--pid", "pidMode")):
+def _http_response(raw: str) -> tuple[int, str]:
+    """Status and body of one HTTP/1.1 response (text mode: line ends read as \\n)."""
+    head, _, body = raw.replace("\r\n", "\n").partition("\n\n")
+    lines = head.split("\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise ProviderError(f"docker API: no HTTP answer ({raw[:200]!r})") from None
+    if any(line.lower() == "transfer-encoding: chunked" for line in lines[1:]):
+        out, rest = [], body
+        while rest:
+            size_line, _, rest = rest.partition("\n")
+            size = int(size_line.strip() or "0", 16)
+            if size == 0:
+                break
+            out.append(rest[:size])
+            rest = rest[size:].removeprefix("\n")
+        body = "".join(out)
+    return status, body
+
+
+def _ns(go: str) -> int:
+    """A Go duration ("1m30s", "500ms") in nanoseconds."""
+    total, num = 0.0, ""
+    units = {"h": 3600e9, "m": 60e9, "s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
+    i = 0
+    while i < len(go):
+        if go[i].isdigit() or go[i] == ".":
+            num += go[i]
+            i += 1
+            continue
+        unit = go[i : i + 2] if go[i : i + 2] in ("ms", "us", "ns") else go[i]
+        total += float(num or 0) * units[unit]
+        num, i = "", i + len(unit)
+    return int(total)
+
+
+def create_body(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The ContainerCreate request the provider builds from a Container's inputs
+    (resourceDockerContainerCreate: container.Config and HostConfig)."""
+    restart: dict[str, Any] = {"Name": str(inputs.get("restart") or "no")}
+    if inputs.get("restart") == "on-failure":
+        restart["MaximumRetryCount"] = int(inputs.get("maxRetryCount") or 0)
+    host: dict[str, Any] = {
+        "NetworkMode": inputs.get("networkMode") or "bridge",
+        "RestartPolicy": restart,
+        "Binds": [f"{v['hostPath']}:{v['containerPath']}" + (":ro" if v.get("readOnly") else "")
+                  for v in inputs.get("volumes") or []],
+        "Devices": [{"PathOnHost": d["hostPath"], "PathInContainer": d["containerPath"],
+                     "CgroupPermissions": d.get("permissions") or "rwm"}
+                    for d in inputs.get("devices") or []],
+        "Ulimits": [{"Name": u["name"], "Soft": int(u["soft"]), "Hard": int(u["hard"])}
+                    for u in inputs.get("ulimits") or []],
+        "CapAdd": list((inputs.get("capabilities") or {}).get("adds") or []),
+        "CapDrop": list((inputs.get("capabilities") or {}).get("drops") or []),
+        "Init": False,
+    }  # fmt: skip
+    for key, api in (("ipcMode", "IpcMode"), ("pidMode", "PidMode")):
         if inputs.get(key):
-            argv += [flag, str(inputs[key])]
-    if inputs.get("gpus"):
-        argv += ["--gpus", str(inputs["gpus"])]
+            host[api] = inputs[key]
     if inputs.get("shmSize"):
-        argv += ["--shm-size", f"{int(inputs['shmSize'])}m"]
-    for v in inputs.get("volumes") or []:
-        ro = ":ro" if v.get("readOnly") else ""
-        argv += ["-v", f"{v['hostPath']}:{v['containerPath']}{ro}"]
-    for d in inputs.get("devices") or []:
-        argv += ["--device", f"{d['hostPath']}:{d['containerPath']}:{d.get('permissions', 'rwm')}"]
-    for u in inputs.get("ulimits") or []:
-        argv += ["--ulimit", f"{u['name']}={int(u['soft'])}:{int(u['hard'])}"]
-    for cap in (inputs.get("capabilities") or {}).get("adds") or []:
-        argv += ["--cap-add", str(cap)]
-    restart = str(inputs.get("restart") or "no")
-    if restart == "on-failure" and inputs.get("maxRetryCount"):
-        restart += f":{int(inputs['maxRetryCount'])}"
-    argv += ["--restart", restart]
+        host["ShmSize"] = int(inputs["shmSize"]) * 1024 * 1024
+    if inputs.get("gpus"):
+        gpus = str(inputs["gpus"])
+        request: dict[str, Any] = {"Driver": "", "Capabilities": [["gpu"]]}
+        if gpus == "all":
+            request["Count"] = -1
+        else:
+            request["DeviceIDs"] = gpus.removeprefix("device=").split(",")
+        host["DeviceRequests"] = [request]
+    config: dict[str, Any] = {
+        "Image": inputs["image"],
+        "Env": [str(e) for e in inputs.get("envs") or []],
+        "Labels": {lb["label"]: lb["value"] for lb in inputs.get("labels") or []},
+        "HostConfig": host,
+    }
+    if inputs.get("command"):
+        config["Cmd"] = [str(c) for c in inputs["command"]]
+    if inputs.get("entrypoints"):
+        config["Entrypoint"] = [str(c) for c in inputs["entrypoints"]]
     if inputs.get("stopTimeout") is not None:
-        argv += ["--stop-timeout", str(int(inputs["stopTimeout"]))]
+        config["StopTimeout"] = int(inputs["stopTimeout"])
     hc = inputs.get("healthcheck")
     if hc:
-        tests = list(hc["tests"])
-        if tests[0] == "CMD":
-            cmd = shlex.join(tests[1:])
-        elif tests[0] == "CMD-SHELL":
-            cmd = tests[1]
-        else:
-            raise ProviderError(f"{name}: healthcheck test {tests[0]} is not modelled")
-        argv += ["--health-cmd", cmd]
-        for flag, key in (("--health-interval", "interval"), ("--health-timeout", "timeout"),
-                          ("--health-start-period", "startPeriod")):  # fmt: skip
-            if hc.get(key):
-                argv += [flag, str(hc[key])]
-        if hc.get("retries"):
-            argv += ["--health-retries", str(int(hc["retries"]))]
-    entry = list(inputs.get("entrypoints") or [])
-    if entry:
-        argv += ["--entrypoint", entry[0]]
-    argv.append(str(inputs["image"]))
-    argv += entry[1:] + [str(c) for c in inputs.get("command") or []]
-    return argv
+        config["Healthcheck"] = {
+            "Test": list(hc["tests"]),
+            "Interval": _ns(str(hc.get("interval") or "0s")),
+            "Timeout": _ns(str(hc.get("timeout") or "0s")),
+            "StartPeriod": _ns(str(hc.get("startPeriod") or "0s")),
+            "StartInterval": _ns(str(hc.get("startInterval") or "0s")),
+            "Retries": int(hc.get("retries") or 0),
+        }
+    return config

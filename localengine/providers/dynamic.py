@@ -112,7 +112,10 @@ class DynamicProvider:
             raise ProviderError(f"{id_}: read failed: {e}") from None
         if not result.id:
             return ReadResult(None, inputs, outputs)
-        outs = {**_secret_like(outputs, dict(result.outs)), PROVIDER_KEY: outputs[PROVIDER_KEY]}
+        outs = {
+            **_secret_like(outputs, dict(result.outs or {})),
+            PROVIDER_KEY: outputs[PROVIDER_KEY],
+        }
         new_inputs = inputs
         if result.inputs is not None:
             new_inputs = {

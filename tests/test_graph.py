@@ -205,7 +205,7 @@ def test_every_node_gets_its_own_network_env(raw: dict[str, Any]) -> None:
             "UCX_NET_DEVICES",
         ):
             assert env[var] == n.cluster_link.netdev, (n.name, var)
-        assert env["NCCL_IB_HCA"] == ",".join(n.cluster_link.roce_hcas)
+        assert env["NCCL_IB_HCA"] == ",".join(sorted(n.cluster_link.roce_hcas))
         assert env["RAY_memory_monitor_refresh_ms"] == "0"
         cmd = run.by_name(name).state["command"]
         assert f"--node-ip-address={ip}" in cmd

@@ -31,6 +31,7 @@ RAY_TMP_IN_CONTAINER = "/tmp/ray"
 VLLM_RPC_ON_HOST = "/tmp/sparkvllm-vllm-rpc"
 VLLM_RPC_IN_CONTAINER = "/tmp/vllm-rpc"
 VLLM_CONFIG_ROOT = "/root/.config/vllm"
+ENGINE_READY_BOUND_S = 4 * 3600  # timeouts.server_ready_s is at most this
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,9 @@ def spec_digest(spec: ContainerSpec) -> str:
     live container can be compared with what the current config would run."""
     data = asdict(spec)
     data.pop("labels")
+    # The healthcheck is updated in place by the docker provider (not ForceNew), so it
+    # stays out of the digest label, which would force a replacement.
+    data.pop("healthcheck")
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -250,7 +254,8 @@ def vllm_serve_args(cfg: StackConfig) -> list[str]:
         args.append(f"--tool-call-parser={v.tool_call_parser}")
     if v.speculative_config is not None:
         args.append(
-            "--speculative-config=" + json.dumps(v.speculative_config, separators=(",", ":"))
+            "--speculative-config="
+            + json.dumps(v.speculative_config, separators=(",", ":"), sort_keys=True)
         )
     if v.enable_expert_parallel:
         args.append("--enable-expert-parallel")
@@ -279,8 +284,10 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
         **cfg.vllm.env,
         "RAY_ADDRESS": _gcs_address(cfg),
         "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
-        # vLLM's own engine start-up bound follows ours, so it never gives up first.
-        "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.timeouts.server_ready_s),
+        # vLLM's own engine start-up bound is the largest wait budget the config allows, so
+        # it never gives up before our readiness wait; a fixed value, because the budget is
+        # a property of the wait, and an env change would replace the running server.
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(ENGINE_READY_BOUND_S),
     }
     health_test = (
         "CMD",

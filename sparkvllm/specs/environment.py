@@ -54,7 +54,9 @@ def node_env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
         **RAY_MEMORY_MONITOR_OFF,
     }
     if link.roce_hcas:
-        env["NCCL_IB_HCA"] = ",".join(link.roce_hcas)
+        # Sorted: the order of the list does not matter to NCCL, and a reordered config
+        # must not change the containers' env (which would replace them).
+        env["NCCL_IB_HCA"] = ",".join(sorted(link.roce_hcas))
         env["NCCL_IB_DISABLE"] = "0"
     else:
         env["NCCL_IB_DISABLE"] = "1"

@@ -86,7 +86,7 @@ def base(spark_raw: dict[str, Any]) -> dict[str, Any]:
         "roce_hcas order",
         "speculative_config order",
         "ssh key rotation",
-    ],  # fmt: skip
+    ],
 )
 def test_changes_that_replace_no_container(base: dict[str, Any], change: Any) -> None:
     after = copy.deepcopy(base)

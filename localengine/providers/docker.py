@@ -28,6 +28,7 @@ import json
 import shlex
 from typing import Any
 
+from components.adapters import go_duration
 from localengine import wire
 from localengine.providers.base import (
     DiffResult,
@@ -262,14 +263,7 @@ def _target(provider_inputs: dict[str, Any]) -> SshTarget:
 
 def go_duration_ns(ns: int) -> str:
     """A duration as Go prints it ("1m30s"), which is how the provider reads it back."""
-    seconds = ns // 1_000_000_000
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    if h:
-        return f"{h}h{m}m{s}s"
-    if m:
-        return f"{m}m{s}s"
-    return f"{s}s"
+    return go_duration(ns // 1_000_000_000)
 
 
 _READ_INTO_INPUTS = {"image", "name", "command", "entrypoints", "networkMode", "ipcMode",

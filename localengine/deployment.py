@@ -4,13 +4,14 @@ The decisions follow pulumi's step generator (pkg/resource/deploy/step_generator
 rule with its source in docs/engine-rules.md):
 
 - old state is found by URN, else by one of the resource's aliases;
-- `ignoreChanges` copies the old input values into the new inputs before the diff;
-- the provider's diff (new inputs against the recorded state) says update or replace; a
-  changed key listed in `replaceOnChanges` replaces; a provider whose config changed is
-  updated in place (no modelled provider's DiffConfig asks for a replacement);
+- `ignoreChanges` copies the old input values into the new inputs before Check and Diff
+  (not for a replacement, which is checked again on the program's own inputs);
+- the provider's diff says update or replace; a changed key listed in `replaceOnChanges`
+  replaces; a provider whose config changed is updated in place (no modelled provider's
+  DiffConfig asks for a replacement);
 - a replacement creates the new resource first and deletes the old one after the program
-  finished, unless `deleteBeforeReplace` (option or provider) deletes it first, together
-  with the dependents whose diff would then replace them;
+  finished, unless delete-before-replace (the option when set, else the provider) deletes
+  it first, together with the dependents whose diff would then replace them;
 - resources in the state that the program did not register are deleted after it finished,
   dependents first; components and providers own nothing on a node;
 - in preview nothing is called that changes a node, and a planned output is unknown where
@@ -32,15 +33,21 @@ from typing import Any
 
 from localengine import wire
 from localengine.providers import docker
-from localengine.providers.base import DiffResult, Provider, ProviderError, Transport
+from localengine.providers.base import (
+    DiffResult,
+    PartialCreate,
+    Provider,
+    ProviderError,
+    Transport,
+)
 from localengine.providers.command import CommandProvider
 from localengine.providers.dynamic import DynamicProvider
 from localengine.state import PROJECT, ResourceState, StateFile
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PROVIDER_PREFIX = "pulumi:providers:"
-# The package of a type token, and the default provider the engine makes for it.
-_PACKAGES = {"command": "command", "docker": "docker", "pulumi-python": "pulumi-python"}
+DYNAMIC_PREFIX = "pulumi-python:dynamic:"
+_PACKAGES = {"command", "docker", "pulumi-python"}
 
 
 class EngineError(Exception):
@@ -50,7 +57,7 @@ class EngineError(Exception):
 @dataclass
 class Step:
     urn: str
-    op: str  # same | create | update | replace | delete | read (refresh)
+    op: str  # same | create | update | replace | delete (refresh: same | update | delete)
     keys: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -61,15 +68,15 @@ class Step:
 
 @dataclass
 class Counters:
-    """Provider calls that change something on a node (create, update, delete)."""
+    """Provider calls: writes change something on a node (create, update, delete)."""
 
     writes: int = 0
     reads: int = 0
 
 
 def make_urn(stack: str, parent: str, typ: str, name: str) -> str:
-    """source_eval.go: the parent's qualified type prefixes the type, unless the parent is
-    the root stack."""
+    """deployment.go generateURN: the parent's qualified type prefixes the type, unless the
+    parent is the root stack."""
     qualified = typ
     if parent:
         parent_type = parent.split("::")[2]
@@ -78,8 +85,15 @@ def make_urn(stack: str, parent: str, typ: str, name: str) -> str:
     return f"urn:pulumi:{stack}::{PROJECT}::{qualified}::{name}"
 
 
-def _qualified_type(urn: str) -> str:
-    return urn.split("::")[2]
+def _key(res: ResourceState) -> str:
+    """Where a record sits in the state: a pending-delete copy beside the live one."""
+    return f"{res.urn}#delete#{res.id}" if res.delete else res.urn
+
+
+def _is_default_provider(urn: str) -> bool:
+    return urn.split("::")[2].startswith(PROVIDER_PREFIX) and urn.rsplit("::", 1)[-1].startswith(
+        "default"
+    )
 
 
 class Deployment:
@@ -100,11 +114,14 @@ class Deployment:
         self.preview = preview
         self.log = log
         self.replace_urns = replace_urns
-        self.old: dict[str, ResourceState] = {r.urn: r for r in state.load()}
         # The state as it stands, in dependency order: what is saved after each step.
-        self.current: dict[str, ResourceState] = dict(self.old)
+        self.current: dict[str, ResourceState] = {_key(r): r for r in state.load()}
+        unknown = sorted(replace_urns - {r.urn for r in self.current.values()})
+        if unknown:
+            raise EngineError(f"--replace {unknown[0]}: no such resource in the stack's state")
         self.registered: set[str] = set()
         self.aliases_of: dict[str, list[str]] = {}
+        self.recreating: set[str] = set()  # deleted first as dependents of a replacement
         self.steps: list[Step] = []
         self.refresh_steps: list[Step] = []
         self.counters = Counters()
@@ -122,25 +139,28 @@ class Deployment:
         if not self.preview:
             self.state_file.save(list(self.current.values()))
 
-    def _put(self, res: ResourceState, before: str | None = None) -> None:
-        """Record `res`; a resource newly registered goes after everything registered."""
+    def _put(self, res: ResourceState, replacing: str | None = None) -> None:
+        """Record `res` (in place of the record at `replacing`, e.g. its aliased URN)."""
         with self._lock:
-            self.current.pop(res.urn, None)
-            self.current[res.urn] = res
+            if replacing is not None:
+                self.current.pop(replacing, None)
+            self.current.pop(_key(res), None)
+            self.current[_key(res)] = res
             self._order()
             self._save()
 
     def _order(self) -> None:
-        """Registered resources first (in registration order), then the rest of the old
-        state, then pending deletes: dependencies always precede dependents."""
-        reg = [u for u in self.current if u in self.registered and not self.current[u].delete]
-        rest = [u for u in self.current if u not in self.registered and not self.current[u].delete]
-        pending = [u for u in self.current if self.current[u].delete]
-        self.current = {u: self.current[u] for u in [*reg, *rest, *pending]}
+        """snapshot.go Snap: registered resources in operation order, then the rest of the
+        old state; pending deletes after them. Dependencies precede dependents."""
+        recs = self.current
+        reg = [k for k, r in recs.items() if r.urn in self.registered and not r.delete]
+        rest = [k for k, r in recs.items() if r.urn not in self.registered and not r.delete]
+        pending = [k for k, r in recs.items() if r.delete]
+        self.current = {k: recs[k] for k in [*reg, *rest, *pending]}
 
-    def _drop(self, urn: str) -> None:
+    def _drop(self, key: str) -> None:
         with self._lock:
-            self.current.pop(urn, None)
+            self.current.pop(key, None)
             self._save()
 
     def failed(self) -> str:
@@ -169,41 +189,34 @@ class Deployment:
         with self._lock:
             self._failure = self._failure or reason
 
+    def _step(self, step: Step) -> None:
+        with self._lock:
+            self.steps.append(step)
+
     # --- providers ------------------------------------------------------------------
 
     def provider_for(self, res: ResourceState) -> Provider:
-        if res.type.startswith("pulumi-python:dynamic:"):
-            return self._provider_instance("pulumi-python", {})
         ref = res.provider
         if not ref:
             raise EngineError(f"{res.urn}: no provider")
         with self._lock:
             if ref in self._providers:
                 return self._providers[ref]
-            prov_state = self.current.get(ref.rsplit("::", 1)[0]) or self.old.get(
-                ref.rsplit("::", 1)[0]
-            )
+            prov_state = self.current.get(ref.rsplit("::", 1)[0])
         if prov_state is None:
             raise EngineError(f"{res.urn}: its provider {ref} is not in the state")
-        pkg = prov_state.type.removeprefix(PROVIDER_PREFIX)
-        instance = self._provider_instance(pkg, prov_state.inputs)
+        instance = self._provider_instance(
+            prov_state.type.removeprefix(PROVIDER_PREFIX), prov_state.inputs
+        )
         with self._lock:
             self._providers[ref] = instance
         return instance
 
     def _provider_instance(self, pkg: str, inputs: dict[str, Any]) -> Provider:
         if self._factory is not None:
-            key = f"factory:{pkg}:{sorted(inputs.items())!r}"
-            with self._lock:
-                if key not in self._providers:
-                    self._providers[key] = self._factory(pkg, inputs)
-                return self._providers[key]
+            return self._factory(pkg, inputs)
         if pkg == "command":
-            with self._lock:
-                cached = self._providers.get("command")
-                if cached is None:
-                    cached = self._providers["command"] = CommandProvider(self.transport)
-            return cached
+            return CommandProvider(self.transport)
         if pkg == "docker":
             return docker.DockerProvider(self.transport, inputs)
         if pkg == "pulumi-python":
@@ -211,8 +224,9 @@ class Deployment:
         raise EngineError(f"the local engine does not model provider package {pkg!r}")
 
     def _default_provider(self, typ: str, version: str) -> str:
-        """The provider reference of the default provider of `typ`'s package (made once)."""
-        pkg = typ.split(":", 1)[0]
+        """default_providers.go: the package's default provider (`default[_x_y_z]`, no
+        parent), registered by the engine on first use. Its steps are internal."""
+        pkg = "pulumi-python" if typ.startswith(DYNAMIC_PREFIX) else typ.split(":", 1)[0]
         if pkg not in _PACKAGES:
             raise EngineError(
                 f"the local engine does not model resources of package {pkg!r} ({typ})"
@@ -224,62 +238,58 @@ class Deployment:
             if urn not in self.registered:
                 self.registered.add(urn)
                 res = existing or ResourceState(
-                    urn=urn,
-                    type=f"{PROVIDER_PREFIX}{pkg}",
-                    custom=True,
-                    id=str(uuid.uuid4()),
+                    urn=urn, type=f"{PROVIDER_PREFIX}{pkg}", custom=True,
+                    id=wire.UNKNOWN if self.preview else str(uuid.uuid4()),
                     inputs={"version": version} if version else {},
-                )
-                res = replace(res, outputs=dict(res.inputs))
-                # Default-provider steps are internal: not shown, not counted as changes.
-                self._put(res)
+                )  # fmt: skip
+                self._put(replace(res, outputs=dict(res.inputs)))
             res = self.current[urn]
         return f"{urn}::{res.id}"
 
     # --- refresh --------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Read every resource back (provider Read); a gone resource leaves the state."""
-        for urn, res in list(self.current.items()):
-            if not res.custom or res.type.startswith(PROVIDER_PREFIX) or res.delete:
+        """Read every resource back; a gone one leaves the state (its dependents stay, with
+        the edges to it pruned). A read error does not stop the other reads; the refresh
+        fails at the end (deployment_executor.go refresh, ignoreErrors)."""
+        errors = []
+        for key, res in list(self.current.items()):
+            if not res.custom or res.type.startswith(PROVIDER_PREFIX):
                 continue
             started = time.monotonic()
-            provider = self.provider_for(res)
             self.counters.reads += 1
             try:
-                got = provider.read(res.type, res.id, res.inputs, res.outputs)
+                got = self.provider_for(res).read(res.type, res.id, res.inputs, res.outputs)
             except ProviderError as e:
-                raise EngineError(f"refresh {res.name}: {e}") from None
+                errors.append(f"refresh {res.name}: {e}")
+                continue
             seconds = time.monotonic() - started
             if got.id is None:
-                self.refresh_steps.append(Step(urn, "delete", seconds=seconds))
+                self.refresh_steps.append(Step(res.urn, "delete", seconds=seconds))
                 self.log(f"  refresh: {res.name} is gone")
-                self._drop(urn)
-                self._prune(urn)
+                self._drop(key)
+                self._prune(res.urn)
                 continue
-            keys = wire.changed_keys(res.outputs, got.outputs) + [
-                k for k in wire.changed_keys(res.inputs, got.inputs) if k not in res.outputs
-            ]
+            keys = sorted(
+                set(wire.changed_keys(res.outputs, got.outputs))
+                | {k for k in wire.changed_keys(res.inputs, got.inputs) if k not in res.outputs}
+            )
+            self.refresh_steps.append(Step(res.urn, "update" if keys else "same", keys, seconds))
             if keys:
-                self.refresh_steps.append(Step(urn, "update", sorted(set(keys)), seconds))
-                self.log(f"  refresh: {res.name} changed: {', '.join(sorted(set(keys)))}")
-            else:
-                self.refresh_steps.append(Step(urn, "same", seconds=seconds))
+                self.log(f"  refresh: {res.name} changed: {', '.join(keys)}")
             self._put(replace(res, id=got.id, inputs=got.inputs, outputs=got.outputs))
-        with self._lock:
-            self.old = dict(self.current)
+        if errors:
+            raise EngineError("; ".join(errors))
 
     def _prune(self, gone: str) -> None:
-        """rebuildBaseState: dependents of a resource refresh found gone are kept, with
-        their edges to it removed."""
         with self._lock:
-            for urn, res in list(self.current.items()):
+            for key, res in list(self.current.items()):
                 deps = [d for d in res.dependencies if d != gone]
                 props = {
                     k: [d for d in v if d != gone] for k, v in res.propertyDependencies.items()
                 }
                 if deps != res.dependencies or props != res.propertyDependencies:
-                    self.current[urn] = replace(res, dependencies=deps, propertyDependencies=props)
+                    self.current[key] = replace(res, dependencies=deps, propertyDependencies=props)
             self._save()
 
     # --- registration ---------------------------------------------------------------
@@ -288,7 +298,7 @@ class Deployment:
         self, parent: str, typ: str, name: str, specs: list[dict[str, Any]]
     ) -> list[str]:
         """URNs the resource may have had (collapseAliasToUrn): each alias spec under its
-        parent; and, when the parent itself was found by an alias, the same under each old
+        parent; and, when the parent itself was found by an alias, the same under the old
         parent URN with a leading parent name swapped for the old one (inheritedChildAlias)."""
         out: list[str] = []
 
@@ -309,34 +319,37 @@ class Deployment:
                 add(make_urn(self.stack, old_parent, typ, alias_name))
         return out
 
+    def _claim_old(self, urn: str, aliases: list[str]) -> ResourceState | None:
+        """getOldResource: by URN first, then by alias; pending deletes excluded."""
+        if urn in self.registered:
+            raise EngineError(f"duplicate resource URN {urn}; fix: give each resource its own name")
+        self.registered.add(urn)
+        if urn in self.current:
+            self.aliases_of[urn] = []
+            return self.current[urn]
+        for a in aliases:
+            if a in self.current and a not in self.registered:
+                self.aliases_of[urn] = [a]
+                return self.current[a]
+        self.aliases_of[urn] = []
+        return None
+
     def register_component(self, typ: str, name: str, parent: str, aliases: list[str]) -> str:
         urn = make_urn(self.stack, parent, typ, name)
         with self._lock:
-            old_urn = self._claim_old(urn, aliases)
-            self.aliases_of[urn] = [a for a in aliases if a != urn]
-            self.registered.add(urn)
-            old = self.current.pop(old_urn, None) if old_urn else None
+            old = self._claim_old(urn, aliases)
+            was = [old.urn] if old and old.urn != urn else []
             res = ResourceState(
                 urn=urn, type=typ, custom=False, parent=parent,
-                outputs=old.outputs if old else {}, aliases=[a for a in aliases if a != urn],
+                outputs=old.outputs if old else {}, aliases=was,
             )  # fmt: skip
-            self.steps.append(Step(urn, "same" if old else "create"))
-            self._put(res)
+            self._step(Step(urn, "same" if old else "create"))
+            self._put(res, replacing=old.urn if old else None)
         return urn
-
-    def _claim_old(self, urn: str, aliases: list[str]) -> str | None:
-        if urn in self.registered:
-            raise EngineError(f"duplicate resource URN {urn}; fix: give each resource its own name")
-        if urn in self.current and not self.current[urn].delete:
-            return urn
-        for a in aliases:
-            if a in self.current and a not in self.registered and not self.current[a].delete:
-                return a
-        return None
 
     def component_outputs(self, urn: str, outputs: dict[str, Any]) -> None:
         with self._lock:
-            if _qualified_type(urn) == STACK_TYPE:
+            if urn.split("::")[2] == STACK_TYPE:
                 self.stack_outputs = outputs
             res = self.current.get(urn)
             if res is not None:
@@ -354,86 +367,91 @@ class Deployment:
         version: str,
         dependencies: list[str],
         property_dependencies: dict[str, list[str]],
-        delete_before_replace: bool,
+        delete_before_replace: bool | None,
         ignore_changes: list[str],
         replace_on_changes: list[str],
         additional_secret_outputs: list[str],
         aliases: list[str],
         custom_timeouts: dict[str, str],
     ) -> tuple[str, str, dict[str, Any]]:
-        """Decide and carry out the step for one custom resource; returns (urn, id, outputs)."""
+        """Decide and carry out the step for one custom resource; returns (urn, id, outputs).
+        `delete_before_replace` None: the option is not set (the provider decides)."""
         urn = make_urn(self.stack, parent, typ, name)
         self._begin(name)
         started = time.monotonic()
         error: BaseException | None = None
         try:
             with self._lock:
-                old_urn = self._claim_old(urn, aliases)
-                self.registered.add(urn)
-                self.aliases_of[urn] = [a for a in aliases if a != urn]
-                old = self.current.get(old_urn) if old_urn else None
+                old = self._claim_old(urn, aliases)
             is_provider = typ.startswith(PROVIDER_PREFIX)
-            if (
-                not is_provider
-                and not typ.startswith("pulumi-python:dynamic:")
-                and not provider_ref
-            ):
+            if not is_provider and not provider_ref:
                 provider_ref = self._default_provider(typ, version)
             new = ResourceState(
                 urn=urn, type=typ, custom=True, parent=parent, provider=provider_ref,
                 dependencies=dependencies, propertyDependencies=property_dependencies,
-                deleteBeforeReplace=delete_before_replace, ignoreChanges=ignore_changes,
+                ignoreChanges=ignore_changes,
                 replaceOnChanges=replace_on_changes,
                 additionalSecretOutputs=additional_secret_outputs,
-                aliases=[a for a in aliases if a != urn], customTimeouts=custom_timeouts,
+                aliases=[old.urn] if old and old.urn != urn else [], customTimeouts=custom_timeouts,
             )  # fmt: skip
             if is_provider:
                 return self._provider_step(new, inputs, old, started)
-            if old is not None and ignore_changes:
-                inputs = _ignore_changes(inputs, old.inputs, ignore_changes, name)
             provider = self.provider_for(new)
-            try:
-                news = provider.check(typ, old.inputs if old else {}, inputs)
-            except ProviderError as e:
-                raise EngineError(f"{name}: {e}") from None
-            new.inputs = news
+            checked = inputs
+            if old is not None and ignore_changes:
+                checked = _ignore_changes(inputs, old.inputs, ignore_changes, name)
+            new.inputs = self._check(provider, new, old.inputs if old else {}, checked)
             op, diff = self._decide(new, old, provider)
-            out = self._execute(op, diff, new, old, provider)
+            if op == "replace":
+                # continueStepsFromDiff: a replacement is checked again without olds, on the
+                # program's own inputs (ignoreChanges does not carry over).
+                new.inputs = self._check(provider, new, {}, inputs)
+            if old is None and urn in self.recreating:
+                op = "replace"  # deleted earlier in this run as a dependent of a replacement
+            dbr = (
+                delete_before_replace
+                if delete_before_replace is not None
+                else diff.delete_before_replace
+            )
+            out = self._execute(op, bool(dbr), new, old, provider)
             step = Step(urn, op, diff.changes, time.monotonic() - started)
-            with self._lock:
-                self.steps.append(step)
+            self._step(step)
             if op != "same":
-                self.log(f"{'(preview) ' if self.preview else ''}{op} {name}"
-                         f"{' [' + ', '.join(diff.changes) + ']' if diff.changes else ''}"
-                         f" ({step.seconds:.1f}s)")  # fmt: skip
-            outputs = _secret_outputs(out.outputs, news, additional_secret_outputs)
-            return urn, out.id, outputs
+                keys = f" [{', '.join(diff.changes)}]" if diff.changes else ""
+                self.log(
+                    f"{'(preview) ' if self.preview else ''}{op} {name}{keys} ({step.seconds:.1f}s)"
+                )
+            return urn, out.id, _secret_outputs(out.outputs, new.inputs, additional_secret_outputs)
         except BaseException as e:
             error = e
             raise
         finally:
             self._end(error)
 
+    def _check(
+        self, provider: Provider, new: ResourceState, olds: dict[str, Any], news: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            return provider.check(new.type, olds, news)
+        except ProviderError as e:
+            raise EngineError(f"{new.name}: {e}") from None
+
     def _provider_step(
         self, new: ResourceState, inputs: dict[str, Any], old: ResourceState | None, started: float
     ) -> tuple[str, str, dict[str, Any]]:
-        """A provider resource: its config is diffed (DiffConfig); a change is an update of
-        the provider, which owns nothing on a node."""
-        new.inputs = inputs
-        new.outputs = dict(inputs)
+        """A provider resource (registry.go): its config is diffed; a change is an update
+        of the provider, which owns nothing on a node; the ID is a UUID made at create."""
+        new.inputs, new.outputs = inputs, dict(inputs)
         if old is None:
             op, keys = "create", []
             new.id = wire.UNKNOWN if self.preview else str(uuid.uuid4())
         else:
             keys = wire.changed_keys(old.inputs, inputs)
-            op = "update" if keys else "same"
-            new.id = old.id
+            op, new.id = ("update" if keys else "same"), old.id
         with self._lock:
-            if old is not None and old.urn != new.urn:
-                self.current.pop(old.urn, None)
             self._providers.pop(f"{new.urn}::{new.id}", None)  # configure with the new config
-            self.steps.append(Step(new.urn, op, keys, time.monotonic() - started))
-            self._put(new)
+            self._step(Step(new.urn, op, keys, time.monotonic() - started))
+            self._put(new, replacing=old.urn if old else None)
         return new.urn, new.id, new.outputs
 
     def _decide(
@@ -441,128 +459,140 @@ class Deployment:
     ) -> tuple[str, DiffResult]:
         if old is None:
             return "create", DiffResult()
-        if new.urn in self.replace_urns:
-            return "replace", DiffResult(changes=["(--replace)"], replaces=["(--replace)"])
+        if new.urn in self.replace_urns or old.urn in self.replace_urns:
+            # isTargetedReplace: no provider diff; replace on "id".
+            return "replace", DiffResult(changes=["id"], replaces=["id"])
         # providerChanged: a different provider replaces only when its DiffConfig says so;
-        # neither pulumi-docker (no ForcesProviderReplace) nor the default providers do.
+        # neither pulumi-docker (no ForcesProviderReplace) nor a default provider does.
         try:
             diff = provider.diff(new.type, old.id, old.inputs, old.outputs, new.inputs)
         except ProviderError as e:
             raise EngineError(f"{new.name}: diff: {e}") from None
         forced = [k for k in diff.changes if _matches_any(k, new.replaceOnChanges)]
-        replaces = sorted(set(diff.replaces) | set(forced))
-        diff = replace(diff, replaces=replaces)
-        if replaces:
+        diff = replace(diff, replaces=sorted(set(diff.replaces) | set(forced)))
+        if diff.replaces:
             return "replace", diff
-        return ("update" if diff.changes else "same"), diff
+        if diff.changes or old.initErrors:
+            # An earlier create that failed part-way is updated even without a diff.
+            return "update", diff
+        return "same", diff
 
     def _execute(
-        self, op: str, diff: DiffResult, new: ResourceState, old: ResourceState | None,
-        provider: Provider,
-    ) -> ResourceState:  # fmt: skip
+        self, op: str, dbr: bool, new: ResourceState, old: ResourceState | None, provider: Provider
+    ) -> ResourceState:
+        replacing = old.urn if old is not None and old.urn != new.urn else None
         if op == "same":
             assert old is not None
             res = replace(new, id=old.id, outputs=old.outputs)
-            with self._lock:
-                if old.urn != new.urn:
-                    self.current.pop(old.urn, None)
-                self._put(res)
+            self._put(res, replacing=replacing)
             return res
         if op == "update":
             assert old is not None
             outputs = self._call("update", new, lambda: provider.update(
                 new.type, new.name, old.id, old.outputs, new.inputs, self.preview))  # fmt: skip
             res = replace(new, id=old.id, outputs=outputs)
-            with self._lock:
-                if old.urn != new.urn:
-                    self.current.pop(old.urn, None)
-                self._put(res)
+            self._put(res, replacing=replacing)
             return res
-        if op == "replace":
-            assert old is not None
-            dbr = new.deleteBeforeReplace or diff.delete_before_replace
-            if dbr:
-                for dependent in self._dependents_to_replace(old):
-                    self._delete(dependent)
-                self._delete(old)
-            else:
-                with self._lock:
-                    self.current[old.urn] = replace(old, delete=True)
-                    self.current = {
-                        (old.urn if u == old.urn else u): r for u, r in self.current.items()
-                    }
-        id_, outputs = self._call("create", new, lambda: provider.create(
-            new.type, new.name, new.inputs, self.preview))  # fmt: skip
-        res = replace(new, id=id_, outputs=outputs)
-        if op == "replace" and old is not None and not self.preview and old.urn == new.urn:
-            # The old one, pending delete, stays recorded beside the new one until deleted.
+        if op == "replace" and old is not None and dbr:
+            for dependent in self._dependents_to_replace(old):
+                self._delete(dependent, logical=False)
+                self.recreating.add(dependent.urn)
+            self._delete(old, logical=False)
+            replacing = None
+        res = self._create(new, provider, replacing)
+        if op == "replace" and old is not None and not dbr and not self.preview:
+            # CreateStep.Apply: only after the create succeeded is the old one condemned.
             with self._lock:
-                pending = self.current.pop(old.urn, None)
-                self.current[new.urn] = res
-                if pending is not None and pending.delete:
-                    self.current[f"{old.urn}#pending-{old.id}"] = pending
+                self.current[_key(replace(old, delete=True))] = replace(old, delete=True)
                 self._order()
                 self._save()
-            return res
-        self._put(res)
+        return res
+
+    def _create(
+        self, new: ResourceState, provider: Provider, replacing: str | None
+    ) -> ResourceState:
+        try:
+            id_, outputs = self._call("create", new, lambda: provider.create(
+                new.type, new.name, new.inputs, self.preview))  # fmt: skip
+        except PartialCreate as partial:
+            # A create that failed after the resource came to exist is recorded with its
+            # initErrors (the next `up` updates it), then the step fails.
+            self._put(replace(new, id=partial.id, outputs=partial.outputs,
+                              initErrors=[str(partial)]), replacing=replacing)  # fmt: skip
+            raise EngineError(f"{new.name}: create failed: {partial}") from None
+        res = replace(new, id=id_, outputs=outputs, initErrors=[])
+        with self._lock:
+            if replacing is not None:
+                self.current.pop(replacing, None)
+            self.current.pop(new.urn, None)  # the live record gives way to the new one
+            self.current[_key(res)] = res
+            self._order()
+            self._save()
         return res
 
     def _call(self, what: str, res: ResourceState, fn: Callable[[], Any]) -> Any:
         if not self.preview:
-            self.counters.writes += 1
+            with self._lock:
+                self.counters.writes += 1
         try:
             return fn()
+        except PartialCreate:
+            raise
         except ProviderError as e:
             raise EngineError(f"{res.name}: {what} failed: {e}") from None
 
     def _dependents_to_replace(self, old: ResourceState) -> list[ResourceState]:
-        """step_generator.go calculateDependentReplacements: a dependent whose inputs take a
-        value from the replaced resource is asked for a diff with those inputs unknown; if
-        that diff replaces, it is deleted first (dependents before their dependencies)."""
+        """calculateDependentReplacements: a resource is replaced with `old` when its
+        provider is being replaced, or when an input whose property dependencies include a
+        replaced resource, set to unknown, makes its diff replace. Plain dependsOn edges do
+        not cascade. Returned dependents first."""
         condemned = {old.urn}
         found: list[ResourceState] = []
-        for urn, res in list(self.current.items()):
-            if urn in condemned or not res.custom or res.delete or urn in self.registered:
+        for res in list(self.current.values()):
+            if res.urn in condemned or not res.custom or res.delete or res.urn in self.registered:
                 continue
             keys = [k for k, deps in res.propertyDependencies.items() if condemned & set(deps)]
-            if not keys and not (condemned & set(res.dependencies)):
+            if res.provider_urn in condemned:
+                condemned.add(res.urn)
+                found.append(res)
+                continue
+            if not keys:
                 continue
             probe = {**res.inputs, **{k: wire.UNKNOWN for k in keys}}
             try:
                 d = self.provider_for(res).diff(res.type, res.id, res.inputs, res.outputs, probe)
-            except ProviderError:
-                continue
+            except ProviderError as e:
+                raise EngineError(f"{res.name}: diff: {e}") from None
             if d.replaces or any(_matches_any(k, res.replaceOnChanges) for k in d.changes):
-                condemned.add(urn)
+                condemned.add(res.urn)
                 found.append(res)
         return list(reversed(found))
 
     def _delete(self, res: ResourceState, logical: bool = True) -> None:
+        """DeleteStep.Apply: a provider call for custom resources (none in preview);
+        components and providers are only removed from the state."""
         started = time.monotonic()
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
             self._call(
                 "delete", res, lambda: provider.delete(res.type, res.id, res.inputs, res.outputs)
             )
-        key = next((u for u, r in self.current.items() if r is res), res.urn)
-        if logical:
-            with self._lock:
-                self.steps.append(Step(res.urn, "delete", seconds=time.monotonic() - started))
-        self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}"
-                 f"{'' if logical else ' (replaced)'}")  # fmt: skip
-        self._drop(key)
+        internal = _is_default_provider(res.urn)
+        if logical and not internal:
+            self._step(Step(res.urn, "delete", seconds=time.monotonic() - started))
+        if not internal:
+            what = "" if logical else " (replaced)"
+            self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}{what}")
+        self._drop(_key(res))
 
     # --- after the program ----------------------------------------------------------
 
     def finish(self) -> None:
-        """Delete what the program no longer registers, and replaced resources pending
-        deletion: dependents first."""
+        """GenerateDeletes: what the program no longer registers, and the replaced copies
+        pending deletion, dependents first (reverse state order)."""
         with self._lock:
-            doomed = [
-                (key, r) for key, r in self.current.items()
-                if r.delete or (r.urn not in self.registered)
-            ]  # fmt: skip
-        for _key, res in reversed(doomed):  # dependents first
+            doomed = [r for r in self.current.values() if r.delete or r.urn not in self.registered]
+        for res in reversed(doomed):  # dependents first
             if self._failure or self.interrupted:
                 break
             self._begin(res.name)
@@ -622,7 +652,7 @@ def _secret_outputs(
     outputs: dict[str, Any], inputs: dict[str, Any], additional: list[str]
 ) -> dict[str, Any]:
     """Outputs are secret where the input of the same name was, or where listed in
-    additionalSecretOutputs (step_executor / plugin.MarshalProperties)."""
+    additionalSecretOutputs (step_executor.go)."""
     out = {}
     for k, v in outputs.items():
         secret = (wire.contains_secret(inputs.get(k)) or k in additional) and not wire.is_secret(v)

@@ -58,7 +58,9 @@ class EngineMonitor(MockMonitor):
             property_dependencies={
                 k: list(v.urns) for k, v in request.propertyDependencies.items()
             },
-            delete_before_replace=bool(request.deleteBeforeReplace),
+            delete_before_replace=bool(request.deleteBeforeReplace)
+            if request.deleteBeforeReplaceDefined
+            else None,
             ignore_changes=list(request.ignoreChanges),
             replace_on_changes=list(request.replaceOnChanges),
             additional_secret_outputs=list(request.additionalSecretOutputs),

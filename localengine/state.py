@@ -42,7 +42,7 @@ class ResourceState:
     provider: str = ""
     dependencies: list[str] = field(default_factory=list)
     propertyDependencies: dict[str, list[str]] = field(default_factory=dict)
-    deleteBeforeReplace: bool = False
+    initErrors: list[str] = field(default_factory=list)
     ignoreChanges: list[str] = field(default_factory=list)
     replaceOnChanges: list[str] = field(default_factory=list)
     additionalSecretOutputs: list[str] = field(default_factory=list)

@@ -46,7 +46,7 @@ def node_target(node: NodeConfig, identity_file: str, known_hosts_file: str) -> 
 
 
 def run_ssh(
-    target: SshTarget, command: str, *, stdin: str | None = None, timeout: float = 600
+    target: SshTarget, command: str, *, stdin: str | None = None, timeout: float | None = 600
 ) -> subprocess.CompletedProcess[str]:
     """Run `command` in the node's login shell over ssh; never raises on exit status."""
     return subprocess.run(

@@ -58,7 +58,8 @@ PROGRAM = textwrap.dedent(
     img = docker.RemoteImage("img", name=cfg.get("image") or "repo:1", keep_locally=True,
                              opts=pulumi.ResourceOptions(provider=p))
     c = docker.Container(
-        "web", name="web", image=img.image_id, command=["serve"], network_mode="host",
+        "web", name="web", image=img.image_id, command=[cfg.get("cmd") or "serve"],
+        network_mode="host",
         restart=cfg.get("restart") or "unless-stopped",
         envs=[f"MODE={cfg.get('mode') or 'x'}"],
         opts=pulumi.ResourceOptions(
@@ -92,6 +93,8 @@ class Node:
     containers: dict[str, dict[str, Any]] = field(default_factory=dict)
     images: dict[str, str] = field(default_factory=lambda: {"repo:1": "sha256:aaa"})
     counter: int = 0
+    started: set[str] = field(default_factory=set)
+    daemon_down: bool = False
 
 
 def _no_transport(*_a: Any, **_kw: Any) -> Any:
@@ -118,7 +121,7 @@ class FakeDocker(DockerProvider):
         self._target = _target(inputs)
         self.node = node
 
-    def _run_container(self, name: str, inputs: dict[str, Any]) -> str:
+    def _create_container(self, name: str, inputs: dict[str, Any]) -> str:
         self.node.counter += 1
         cid = f"c{self.node.counter}"
         self.node.calls.append(f"docker run {inputs['name']} {inputs['image']}")
@@ -127,17 +130,23 @@ class FakeDocker(DockerProvider):
             "Config": {"Cmd": inputs.get("command") or [], "Image": inputs["image"]},
             "HostConfig": {"NetworkMode": inputs.get("networkMode", "bridge"), "IpcMode": "private",
                            "RestartPolicy": {"Name": inputs.get("restart")}},
-            "State": {"Running": True, "ExitCode": 0},
+            "State": {"Running": False, "ExitCode": 0},
         }  # fmt: skip
         return cid
 
     def _inspect_container(self, id_or_name: str) -> dict[str, Any] | None:
+        if self.node.daemon_down:
+            raise ProviderError("docker on 127.0.0.1 failed: Cannot connect to the Docker daemon")
         found = self.node.containers.get(id_or_name)
         return copy.deepcopy(found) if found else None
 
     def _start(self, name: str, id_: str) -> None:
-        self.node.calls.append(f"docker start {id_}")
-        self.node.containers[id_]["State"]["Running"] = True
+        if self.node.containers[id_]["Config"]["Cmd"] == ["crash"]:
+            raise ProviderError(f"{name}: start failed: exec format error")
+        if id_ in self.node.started:  # the first start is part of the create
+            self.node.calls.append(f"docker start {id_}")
+        self.node.started.add(id_)
+        self.node.containers[id_]["State"] = {"Running": True, "ExitCode": 0}
 
     def _update_restart(self, name: str, id_: str, restart: str) -> None:
         self.node.calls.append(f"docker update {id_} {restart}")
@@ -154,7 +163,7 @@ class FakeDocker(DockerProvider):
         self.node.calls.append(f"docker pull {ref}")
         self.node.images[ref] = "sha256:pulled"
 
-    def _remove_image(self, name: str, ref: str) -> None:
+    def _remove_image(self, name: str, ref: str, force: bool) -> None:
         self.node.calls.append(f"docker image rm {ref}")
         self.node.images.pop(ref, None)
 
@@ -391,3 +400,46 @@ def test_replace_flag_forces_a_replacement(project: Project) -> None:
     urn = next(r["urn"] for r in project.state()["resources"] if r["urn"].endswith("::a"))
     result = project.run(replace_urns=frozenset({urn}))
     assert ops(result)["a"] == "replace"
+
+
+def test_a_replaced_resource_whose_delete_failed_stays_pending_and_is_deleted_next_up(
+    project: Project,
+) -> None:
+    project.run()
+    project.node.fail.add("echo undo-a")
+    project.config(trigger="2")
+    failed = project.run()
+    assert "undo-a" in failed.error or "delete failed" in failed.error
+    records = [r for r in project.state()["resources"] if r["urn"].endswith("::a")]
+    assert sorted(r["delete"] for r in records) == [False, True], "new one and pending old one"
+    project.node.fail.clear()
+    project.run()
+    assert project.node.calls == ["run echo undo-a"]
+    assert [r["delete"] for r in project.state()["resources"] if r["urn"].endswith("::a")] == [
+        False
+    ]
+
+
+def test_a_container_that_fails_to_start_is_recorded_and_the_next_up_updates_it(
+    project: Project,
+) -> None:
+    project.config(cmd="crash")
+    failed = project.run()
+    assert "web: create failed" in failed.error and "exec format error" in failed.error
+    web = next(r for r in project.state()["resources"] if r["urn"].endswith("::web"))
+    assert web["id"] == "c1" and web["initErrors"], "the created container is not orphaned"
+    again = project.run()  # initErrors: an update, which starts the container again
+    assert "web: update failed" in again.error
+    project.config(cmd="serve")
+    fixed = project.run()
+    assert ops(fixed) == {"web": "replace"}
+    assert project.node.calls[0] == "docker rm c1"
+
+
+def test_a_daemon_that_does_not_answer_is_an_error_not_a_gone_container(project: Project) -> None:
+    project.run()
+    project.node.daemon_down = True
+    result = project.run("preview", refresh=True)
+    assert "Cannot connect to the Docker daemon" in result.error
+    project.node.daemon_down = False
+    assert ops(project.run(refresh=True)) == {}, "the container was kept in the state"

@@ -19,6 +19,16 @@ class ProviderError(Exception):
     """A provider call failed; the message names the resource and the cause."""
 
 
+class PartialCreate(ProviderError):
+    """The resource came to exist but the create failed afterwards (the bridge's
+    initialization error): the engine records it with the error, and the step fails."""
+
+    def __init__(self, message: str, id_: str, outputs: dict[str, Any]):
+        super().__init__(message)
+        self.id = id_
+        self.outputs = outputs
+
+
 @dataclass
 class DiffResult:
     """Top-level input keys that changed, and those of them that force a replacement."""

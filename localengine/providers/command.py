@@ -53,8 +53,11 @@ class CommandProvider:
         _known(typ)
         out = dict(news)
         conn = out.get("connection")
-        if isinstance(conn, dict) and not wire.is_secret(conn):
-            # connection.go Annotate: the defaults of user, port and the dial limits.
+        # connection.go Annotate: the defaults of user, port and the dial limits (the
+        # connection arrives as a secret: the defaults go inside it).
+        if isinstance(conn, dict) and wire.is_secret(conn) and isinstance(conn.get("value"), dict):
+            out["connection"] = wire.secret({**_CONNECTION_DEFAULTS, **conn["value"]})
+        elif isinstance(conn, dict):
             out["connection"] = {**_CONNECTION_DEFAULTS, **conn}
         return out
 
@@ -91,12 +94,18 @@ class CommandProvider:
             return {**news, **{k: wire.UNKNOWN for k in _OUTPUTS}}
         command = wire.plain(news.get("update")) or wire.plain(news.get("create")) or ""
         previous = {k: str(wire.plain(old_outputs.get(k)) or "") for k in _OUTPUTS}
+        if not command:
+            # Update with nothing to run keeps the previous stdout and stderr.
+            return {**news, **{k: old_outputs.get(k, "") for k in _OUTPUTS}}
         return self._run(name, news, str(command), previous)
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        command = wire.plain(outputs.get("delete") or inputs.get("delete"))
+        # commandController.go Delete: the stored state's delete, connection and stdout.
+        state = {**inputs, **outputs}
+        command = wire.plain(state.get("delete"))
         if command:
-            self._run(id_, {**outputs, **inputs}, str(command), None)
+            previous = {k: str(wire.plain(outputs.get(k)) or "") for k in _OUTPUTS}
+            self._run(id_, state, str(command), previous)
 
     # --- the connection -------------------------------------------------------------
 
@@ -106,13 +115,22 @@ class CommandProvider:
         if not command:
             return {**inputs, "stdout": "", "stderr": ""}
         target = self._target(wire.plain(inputs["connection"]))
+        # commandOutputs.go run: `environment`, and on update and delete the previous
+        # outputs when not empty (PULUMI_COMMAND_STDOUT / _STDERR), are set for the whole
+        # session (Go's session.Setenv; here exported before the command).
+        env = {str(k): str(v) for k, v in (wire.plain(inputs.get("environment")) or {}).items()}
+        bad = [k for k in env if not k.isidentifier()]
+        if bad:
+            raise ProviderError(f"{name}: environment name {bad[0]!r} is not a variable name")
         if previous and wire.plain(inputs.get("addPreviousOutputInEnv")) is not False:
-            # commandController.go Update: the previous outputs, when not empty, are offered
-            # as PULUMI_COMMAND_STDOUT / PULUMI_COMMAND_STDERR.
-            env = [f"PULUMI_COMMAND_{k.upper()}={shlex.quote(v)}" for k, v in previous.items() if v]
-            command = " ".join([*env, command])
+            env.update({f"PULUMI_COMMAND_{k.upper()}": v for k, v in previous.items() if v})
+        if env:
+            exports = "; ".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+            command = f"{exports}; {command}"
         stdin = wire.plain(inputs.get("stdin"))
-        result = self._transport(target, command, stdin=stdin, timeout=3 * 3600)
+        # The custom timeout bounds only the dial (ConnectTimeout); a running command is
+        # not killed (pulumi-go-provider middleware/cancel).
+        result = self._transport(target, command, stdin=stdin, timeout=None)
         if result.returncode != 0:
             tail = "\n".join(str(result.stderr).strip().splitlines()[-15:])
             raise ProviderError(

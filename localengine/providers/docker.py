@@ -2,9 +2,10 @@
 Terraform bridge (rules and sources: docs/engine-rules.md).
 
 Provider (`pulumi:providers:docker`): `host` ssh://user@host:port and `sshOpts`; every API
-call goes over the workstation's `ssh`. Here the docker CLI runs on the node over the same
-ssh command line (a stand-in for the API over `docker system dial-stdio`: same daemon,
-same answers).
+call goes over the workstation's `ssh`. Here container create and start use the Engine API
+over that same `ssh ... docker system dial-stdio`; inspect, update, stop and remove run the
+docker CLI on the node over the same ssh command line (a stand-in: same daemon, same
+answers).
 
 Rules traced from kreuzwerker v4.5.0, the upstream pulumi-docker 5.x pins (the newer
 upstream of 5.2.0 is not public in this form; its schema differs only in fields unused here).
@@ -32,6 +33,7 @@ from components.adapters import go_duration
 from localengine import wire
 from localengine.providers.base import (
     DiffResult,
+    PartialCreate,
     ProviderError,
     ReadResult,
     Transport,
@@ -46,7 +48,7 @@ REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 
 # resource_docker_container.go: attributes without ForceNew (the rest force a new container).
 _CONTAINER_NOT_FORCE_NEW = {
-    "restart", "maxRetryCount", "cpuShares", "memory", "memorySwap", "cpuSet",
+    "restart", "maxRetryCount", "cpuShares", "memory", "memorySwap", "cpuSet", "rm",
     "mustRun", "start", "attach", "logs", "wait", "waitTimeout", "healthcheck",
     "destroyGraceSeconds", "removeVolumes", "containerReadRefreshTimeoutMilliseconds",
 }  # fmt: skip
@@ -68,6 +70,12 @@ _CONTAINER_DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 _HEALTHCHECK_DEFAULTS = {"interval": "0s", "timeout": "0s", "startPeriod": "0s",
                          "startInterval": "0s", "retries": 0}  # fmt: skip
+# Optional+Computed: a value the config no longer sets keeps the prior one (no change).
+_CONTAINER_COMPUTED = {"hostname", "command", "entrypoints", "securityOpts", "runtime",
+                       "platform", "stopSignal", "stopTimeout", "shmSize", "logDriver",
+                       "ipcMode", "envs", "labels", "healthcheck", "init"}  # fmt: skip
+# TypeSet attributes: compared as sets (order does not matter to Terraform).
+_CONTAINER_SETS = {"envs", "labels", "volumes", "devices", "ulimits", "mounts"}
 _IMAGE_INPUTS = {"name", "keepLocally", "forceRemove", "pullTriggers", "triggers", "platform"}
 _IMAGE_NOT_FORCE_NEW = {"keepLocally", "forceRemove"}
 
@@ -97,8 +105,14 @@ class DockerProvider:
         news: dict[str, Any],
     ) -> DiffResult:  # fmt: skip
         # The bridge plans against the state: outputs, which hold every attribute.
-        planned = {k: old_outputs.get(k, old_inputs.get(k)) for k in news}
-        changes = [k for k in wire.changed_keys(planned, news) if k in news]
+        planned = _as_sets(typ, {k: old_outputs.get(k, old_inputs.get(k)) for k in news})
+        changes = [k for k in wire.changed_keys(planned, _as_sets(typ, news)) if k in news]
+        computed = _CONTAINER_COMPUTED if typ == CONTAINER else set()
+        # An attribute the config set before and no longer sets is a change (unless computed).
+        changes += sorted(
+            k for k, v in old_inputs.items()
+            if k not in news and k not in computed and not wire.empty(v)
+        )  # fmt: skip
         keep = _CONTAINER_NOT_FORCE_NEW if typ == CONTAINER else _IMAGE_NOT_FORCE_NEW
         replaces = [k for k in changes if k not in keep]
         # resources.go: Container is DeleteBeforeReplace; RemoteImage creates first.
@@ -111,9 +125,25 @@ class DockerProvider:
     ) -> tuple[str, dict[str, Any]]:
         if typ == CONTAINER:
             refuse_unknown_inputs(typ, name, inputs, _CONTAINER_INPUTS)
+            plain = wire.plain(inputs)
+            for key, modelled in (("start", True), ("wait", False), ("attach", False),
+                                  ("logs", False), ("rm", False)):  # fmt: skip
+                if plain.get(key, modelled) != modelled:
+                    raise ProviderError(f"{name}: Container {key}={plain[key]} is not modelled")
             if preview:
                 return "", {**inputs, "id": wire.UNKNOWN}
-            cid = self._run_container(name, wire.plain(inputs))
+            image = str(plain["image"])
+            if self._image_id(image) is None:
+                self._pull(name, image)  # findImage: the local image, else a pull
+            cid = self._create_container(name, plain)
+            try:
+                self._start(name, cid)
+            except ProviderError as e:
+                # The ID is set right after ContainerCreate: a failure after it is a
+                # partial create, recorded with the container.
+                found = self._inspect_container(cid)
+                outs = _read_back({**inputs, "id": cid}, found) if found else {**inputs, "id": cid}
+                raise PartialCreate(str(e), cid, outs) from None
             # Create ends with a Read (an exited container is recorded with mustRun false).
             found = self._inspect_container(cid)
             if found is None:
@@ -171,7 +201,8 @@ class DockerProvider:
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         if typ == REMOTE_IMAGE:
             if not wire.plain(outputs.get("keepLocally", inputs.get("keepLocally"))):
-                self._remove_image(id_, str(wire.plain(outputs.get("name") or inputs.get("name"))))
+                ref = str(wire.plain(outputs.get("name") or inputs.get("name")))
+                self._remove_image(id_, ref, bool(wire.plain(outputs.get("forceRemove"))))
             return
         # Stop with destroyGraceSeconds (default 0), then remove with force.
         grace = int(wire.plain(outputs.get("destroyGraceSeconds")) or 0)
@@ -179,15 +210,13 @@ class DockerProvider:
 
     # --- the node's docker (the seam: each primitive is one docker CLI call over ssh) --
 
-    def _run_container(self, name: str, inputs: dict[str, Any]) -> str:
-        """ContainerCreate then ContainerStart, through the Engine API over
-        `docker system dial-stdio` (the provider's own transport), so entrypoints, command
-        and healthcheck tests reach the daemon exactly as given."""
+    def _create_container(self, name: str, inputs: dict[str, Any]) -> str:
+        """ContainerCreate through the Engine API over `docker system dial-stdio` (the
+        provider's own transport), so entrypoints, command and healthcheck tests reach the
+        daemon exactly as given."""
         created = self._api(name, "POST", f"/containers/create?name={inputs['name']}",
                             create_body(inputs))  # fmt: skip
-        cid = str(created["Id"])
-        self._api(name, "POST", f"/containers/{cid}/start", None)
-        return cid
+        return str(created["Id"])
 
     def _api(self, name: str, method: str, path: str, body: dict[str, Any] | None) -> Any:
         payload = json.dumps(body) if body is not None else ""
@@ -206,7 +235,7 @@ class DockerProvider:
         return json.loads(answer) if answer.strip() else None
 
     def _start(self, name: str, id_: str) -> None:
-        self._docker(name, f"docker start {shlex.quote(id_)} >/dev/null")
+        self._api(name, "POST", f"/containers/{id_}/start", None)
 
     def _update_restart(self, name: str, id_: str, restart: str) -> None:
         self._docker(
@@ -214,18 +243,24 @@ class DockerProvider:
         )
 
     def _remove_container(self, id_: str, grace: int, volumes: bool) -> None:
+        """Stop (grace seconds), then remove with force; "No such container" is not an
+        error, anything else is (resourceDockerContainerDelete)."""
         cid, vols = shlex.quote(id_), " -v" if volumes else ""
         self._docker(
             id_,
-            f"docker stop -t {grace} {cid} >/dev/null 2>&1; "
-            f"docker rm -f{vols} {cid} >/dev/null 2>&1 || true",
+            f"{{ docker stop -t {grace} {cid} >/dev/null 2>&1 || true; }}; "
+            f"out=$(docker rm -f{vols} {cid} 2>&1) || "
+            f'{{ case "$out" in *"No such container"*) ;; *) echo "$out" >&2; exit 1;; esac; }}',
         )
 
     def _pull(self, name: str, ref: str) -> None:
         self._docker(name, f"docker pull {shlex.quote(ref)} >&2")
 
-    def _remove_image(self, name: str, ref: str) -> None:
-        self._docker(name, f"docker image rm {shlex.quote(ref)} >/dev/null 2>&1 || true")
+    def _remove_image(self, name: str, ref: str, force: bool) -> None:
+        """removeImage: by name, only when present; its errors are errors."""
+        if self._image_id(ref) is not None:
+            flag = " --force" if force else ""
+            self._docker(name, f"docker image rm{flag} {shlex.quote(ref)} >/dev/null")
 
     def _docker(self, name: str, command: str) -> str:
         result = self._transport(self._target, command, stdin=None, timeout=3600)
@@ -235,18 +270,41 @@ class DockerProvider:
         return str(result.stdout)
 
     def _image_id(self, ref: str) -> str | None:
-        out = self._docker(
-            ref,
-            f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)} 2>/dev/null || true",
-        ).strip()
+        """The local image's ID; None only when the daemon says there is no such image."""
+        out = self._docker(ref, _not_found_is_empty(
+            f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}", "No such image"
+        )).strip()  # fmt: skip
         return out or None
 
     def _inspect_container(self, id_or_name: str) -> dict[str, Any] | None:
-        out = self._docker(
-            id_or_name, f"docker container inspect {shlex.quote(id_or_name)} 2>/dev/null || true"
-        ).strip()
+        out = self._docker(id_or_name, _not_found_is_empty(
+            f"docker container inspect {shlex.quote(id_or_name)}", "No such container"
+        )).strip()  # fmt: skip
         found = json.loads(out) if out else []
         return found[0] if found else None
+
+
+def _not_found_is_empty(command: str, not_found: str) -> str:
+    """`command`; prints nothing when the daemon answers `not_found`, fails otherwise (a
+    daemon that is down or refuses is an error, not an absent resource)."""
+    return (
+        f"out=$({command} 2>&1) && printf '%s\\n' \"$out\" || "
+        f'{{ case "$out" in *{shlex.quote(not_found)}*) ;; *) echo "$out" >&2; exit 1;; esac; }}'
+    )
+
+
+def _as_sets(typ: str, values: dict[str, Any]) -> dict[str, Any]:
+    """TypeSet attributes in a canonical order, so that a reorder is no change."""
+    if typ != CONTAINER:
+        return values
+    out = dict(values)
+    for k in _CONTAINER_SETS:
+        if isinstance(out.get(k), list) and not wire.has_unknown(out[k]):
+            out[k] = sorted(out[k], key=lambda v: json.dumps(wire.plain(v), sort_keys=True))
+    caps = out.get("capabilities")
+    if isinstance(caps, dict) and not wire.has_unknown(caps):
+        out["capabilities"] = {k: sorted(v) for k, v in caps.items() if isinstance(v, list)}
+    return out
 
 
 def _target(provider_inputs: dict[str, Any]) -> SshTarget:

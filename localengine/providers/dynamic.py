@@ -78,9 +78,13 @@ class DynamicProvider:
             return DiffResult(changes=wire.changed_keys(old_inputs, news))
         result = _provider(news).diff(id_, _py(old_outputs), _py(news))
         if result.changes is None:
-            # DIFF_UNKNOWN: the engine compares the inputs itself; changes are updates.
+            # DIFF_UNKNOWN: the engine compares the inputs itself (no change: same).
             changes = wire.changed_keys(old_inputs, news)
-            return DiffResult(changes=changes, replaces=list(result.replaces or []))
+            return DiffResult(
+                changes=changes,
+                replaces=list(result.replaces or []) if changes else [],
+                delete_before_replace=bool(result.delete_before_replace),
+            )
         if not result.changes:
             return DiffResult()
         replaces = list(result.replaces or [])

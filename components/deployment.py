@@ -34,13 +34,11 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
     }
     image = SyncedImage(
         "image",
-        SyncedImageArgs(cfg=cfg, nodes=nodes, host_keys=access.host_keys, private_key=private_key),
+        SyncedImageArgs(cfg=cfg, nodes=nodes, host_keys=access.host_keys),
     )
     weights = ModelWeights(
         "model",
-        ModelWeightsArgs(
-            cfg=cfg, nodes=nodes, image=image, host_keys=access.host_keys, private_key=private_key
-        ),
+        ModelWeightsArgs(cfg=cfg, nodes=nodes, image=image, host_keys=access.host_keys),
     )
     head = RayHead(
         "ray-head",

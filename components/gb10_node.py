@@ -10,6 +10,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.adapters import remote_command
+from components.node_step import Reach
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.facts import (
@@ -35,8 +36,9 @@ class GB10NodeArgs:
 
 class GB10Node(pulumi.ComponentResource):
     """A node. Outputs: `facts` (validated dict), `provider` (docker over ssh),
-    `connection` (for remote commands, secret), `preflight` (the facts command, resolved
-    only once the facts passed: depend on it to run after a good preflight)."""
+    `connection` (for remote commands, secret), `reach` (for NodeSteps), `preflight` (the
+    facts command, resolved only once the facts passed: depend on it to run after a good
+    preflight)."""
 
     facts: pulumi.Output[dict[str, object]]
     preflight: pulumi.Output[pulumi.Resource]
@@ -54,10 +56,21 @@ class GB10Node(pulumi.ComponentResource):
             dial_error_limit=5,
             per_dial_timeout=15,
         )
+        access = args.access
+        # How the node's read-back steps reach it from the workstation (no secret inside).
+        self.reach = Reach(
+            host=node.ssh.host,
+            port=node.ssh.port,
+            user=node.ssh.user,
+            host_key=access.host_keys.get(node.name),
+            identity_file=access.identity_ref,
+        )
         self.provider = docker.Provider(
             f"{name}-docker",
             host=docker_host(node),
-            ssh_opts=docker_ssh_opts(node, args.access.identity_file, args.access.known_hosts_file),
+            ssh_opts=docker_ssh_opts(
+                node, access.identity_ref, access.known_hosts_ref, access.control_dir_ref
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         facts_cmd = remote_command(

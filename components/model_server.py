@@ -12,12 +12,13 @@ import pulumi
 from components.adapters import container, remote_command
 from components.gb10_node import GB10Node
 from components.model_weights import ModelWeights
+from components.node_step import NodeStep
 from components.ray_head import RayHead
 from components.ray_worker import RayWorker
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import commands, containers
-from sparkvllm.specs.health import health_report, last_json
+from sparkvllm.specs.health import health_report
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,23 @@ class ModelServer(pulumi.ComponentResource):
         super().__init__("sparkvllm:index:ModelServer", name, None, opts)
         cfg = args.cfg
         cluster = [args.head.container, *(w.container for w in args.workers)]
-        # Re-wait whenever any Ray container is replaced.
-        ray_ready = remote_command(
+        # Ray's membership, read back by refresh: a restarted head or node (new raylets)
+        # or a replaced Ray container re-runs the wait, and its new generation replaces
+        # the server (vLLM's Ray workers died with the old raylets).
+        ray_ready = NodeStep(
+            f"{name}-ray-ready",
             commands.ray_ready(cfg, args.stack),
-            connection=args.node.connection,
-            parent=self,
-            secrets={},
-            depends_on=cluster,
+            reach=args.node.reach,
             triggers=[c.id for c in cluster],
-            resource_name=f"{name}-ray-ready",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=cluster),
+        )
+        # The server answering, read back by refresh: a stopped or hung server (running,
+        # /health failing) replaces the guard, whose new generation replaces the server.
+        guard = NodeStep(
+            f"{name}-guard",
+            commands.server_guard(cfg, args.stack),
+            reach=args.node.reach,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ray_ready]),
         )
         spec = containers.model_server(cfg, args.stack)
         self.spec = spec
@@ -78,15 +87,20 @@ class ModelServer(pulumi.ComponentResource):
         ]
         self.container = container(
             spec,
-            image_id=args.image.image_on(cfg.head),
+            image_id=cfg.image.ref,
             provider=args.node.provider,
             parent=self,
-            depends_on=[ray_ready, *drops, *args.weights.complete],
+            depends_on=[
+                ray_ready,
+                guard,
+                *drops,
+                *args.weights.complete,
+                *args.image.ready_on(cfg.head),
+            ],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             extra_labels={
-                containers.RAY_CLUSTER_LABEL: pulumi.Output.all(
-                    ray_ready.stdout, *(c.id for c in cluster)
-                ).apply(lambda v: containers.ray_cluster_digest(v[1:], last_json(v[0])))
+                containers.RAY_CLUSTER_LABEL: ray_ready.generation,
+                containers.GUARD_LABEL: guard.generation,
             },
             resource_name=f"{name}-container",
         )

@@ -1,7 +1,9 @@
 """ModelWeights: the weights on every node, downloaded once on the head (after the image
 was found to implement the model) and copied over the cluster link, or downloaded by each
 node; complete (no file of the snapshot or its weight index missing) and verified by the
-manifest of the resolved files."""
+manifest of the resolved files. Each step is a NodeStep: a refresh reads every node's
+manifest back, so weights deleted or truncated on a node are copied again by the next
+`up` (and only there)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.adapters import remote_command
 from components.gb10_node import GB10Node
+from components.node_step import NodeStep
 from components.synced_image import SyncedImage
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import model
@@ -24,7 +26,6 @@ class ModelWeightsArgs:
     nodes: Mapping[str, GB10Node]
     image: SyncedImage
     host_keys: Mapping[str, str | None]
-    private_key: pulumi.Output[str]
 
 
 class ModelWeights(pulumi.ComponentResource):
@@ -40,28 +41,29 @@ class ModelWeights(pulumi.ComponentResource):
         head = args.nodes[cfg.head]
         each = cfg.model.distribution == "download_on_each_node"
         downloaders = cfg.nodes if each else [cfg.head_node]
-        steps = {
-            n.name: remote_command(
+        steps: dict[str, NodeStep] = {
+            n.name: NodeStep(
+                f"{name}-download-{n.name}",
                 model.weights_download(cfg, n),
-                connection=args.nodes[n.name].connection,
-                parent=self,
-                secrets={},
-                depends_on=[args.image.supported, args.image.remote_images[n.name]],
+                reach=args.nodes[n.name].reach,
                 triggers=[cfg.model.id, cfg.model.revision],
-                resource_name=f"{name}-download-{n.name}",
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[args.image.supported, args.image.steps[n.name]]
+                ),
             )
             for n in downloaders
         }
         if not each:
             for n in cfg.worker_nodes:
-                steps[n.name] = remote_command(
+                steps[n.name] = NodeStep(
+                    f"{name}-sync-{n.name}",
                     model.weights_sync(cfg, n, args.host_keys.get(n.name)),
-                    connection=head.connection,
-                    parent=self,
-                    secrets={"ssh_private_key": args.private_key},
-                    depends_on=[steps[cfg.head], args.nodes[n.name].preflight],
-                    triggers=[cfg.model.id, cfg.model.revision, steps[cfg.head].stdout],
-                    resource_name=f"{name}-sync-{n.name}",
+                    reach=head.reach,
+                    read_reach=args.nodes[n.name].reach,
+                    triggers=[cfg.model.id, cfg.model.revision, steps[cfg.head].generation],
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[steps[cfg.head], args.nodes[n.name].preflight]
+                    ),
                 )
         self.steps = steps
         manifests = pulumi.Output.all(

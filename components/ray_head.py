@@ -32,11 +32,12 @@ class RayHead(pulumi.ComponentResource):
         self.spec = spec
         self.container = container(
             spec,
-            image_id=args.image.image_on(cfg.head),
+            image_id=cfg.image.ref,
             provider=args.node.provider,
             parent=self,
-            # Nothing starts before the image is known to implement the model.
-            depends_on=[args.node.preflight, args.image.supported],
+            # Nothing starts before the image is on the node and known to implement the
+            # model (the reference, not an ID read from a step: known in every preview).
+            depends_on=[args.node.preflight, *args.image.ready_on(cfg.head)],
             resource_name=f"{name}-container",
         )
         self.gcs_address = pulumi.Output.from_input(

@@ -34,10 +34,15 @@ class RayWorker(pulumi.ComponentResource):
         self.spec = spec
         self.container = container(
             spec,
-            image_id=args.image.image_on(args.node_config.name),
+            image_id=args.cfg.image.ref,
             provider=args.node.provider,
             parent=self,
-            depends_on=[args.node.preflight, args.head.container],
+            depends_on=[
+                args.node.preflight,
+                args.head.container,
+                *args.image.ready_on(args.node_config.name),
+            ],
+            extra_labels={containers.HEAD_LABEL: args.head.container.id},
             resource_name=f"{name}-container",
         )
         self.container_name = self.container.name

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from localengine import wire
-from localengine.deployment import Deployment, Step
+from localengine.deployment import Deployment, EngineError, Step
 from localengine.program import project_file, run_program
 from localengine.providers.base import Provider, Transport
 from localengine.state import StateFile
@@ -94,14 +94,20 @@ def run(
     transport: Transport = run_ssh,
     log: Callable[[str], None] = print,
     provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Result:
+    """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
+    `pulumi config set`)."""
     started = time.monotonic()
     preview = operation == "preview"
     state = StateFile(project_dir, stack)
-    deployment = Deployment(
-        state, transport, preview=preview, log=log, replace_urns=replace_urns,
-        provider_factory=provider_factory,
-    )  # fmt: skip
+    try:
+        deployment = Deployment(
+            state, transport, preview=preview, log=log, replace_urns=replace_urns,
+            provider_factory=provider_factory,
+        )  # fmt: skip
+    except EngineError as e:
+        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
     do_refresh = refresh if refresh is not None else refresh_default(project_dir)
     error = ""
     with _interruptible(deployment):
@@ -116,7 +122,7 @@ def run(
                 if do_refresh:
                     deployment.refresh()
                 try:
-                    run_program(project_dir, stack, deployment)
+                    run_program(project_dir, stack, deployment, config)
                 except BaseException as e:  # the program's or a step's error
                     deployment.halt(str(e))
                     raise

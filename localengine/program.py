@@ -27,19 +27,24 @@ def project_file(project_dir: Path) -> dict[str, Any]:
     return yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
 
 
-def stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], list[str]]:
-    path = project_dir / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        raise StackConfigError(
-            f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack"
-        )
-    data = yaml.safe_load(path.read_text()) or {}
+def stack_config(
+    project_dir: Path, stack: str, config: dict[str, Any] | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """The config the program gets: Pulumi.<stack>.yaml's `config:`, or `config` (keys
+    with or without the project namespace) as `pulumi config set` would have set it."""
+    if config is None:
+        path = project_dir / f"Pulumi.{stack}.yaml"
+        if not path.exists():
+            raise StackConfigError(
+                f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack"
+            )
+        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
     values: dict[str, str] = {}
-    for key, value in (data.get("config") or {}).items():
+    for key, value in config.items():
         full = key if ":" in key else f"{PROJECT}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             raise StackConfigError(
-                f"{path.name}: {key} is an encrypted `secure:` value, which only the Pulumi CLI "
+                f"{stack}: {key} is an encrypted `secure:` value, which only the Pulumi CLI "
                 "can decrypt; fix: run `pulumi` for this stack, or give the value as a file "
                 "(e.g. ssh_private_key_file)"
             )
@@ -47,9 +52,11 @@ def stack_config(project_dir: Path, stack: str) -> tuple[dict[str, str], list[st
     return values, []
 
 
-def run_program(project_dir: Path, stack: str, deployment: Deployment) -> None:
+def run_program(
+    project_dir: Path, stack: str, deployment: Deployment, config: dict[str, Any] | None = None
+) -> None:
     """Run `__main__.py` with every registration going to `deployment`."""
-    values, secret_keys = stack_config(project_dir, stack)
+    values, secret_keys = stack_config(project_dir, stack, config)
     pulumi.runtime.set_all_config(values, secret_keys)
     runtime_settings.ROOT.set(None)  # a fresh root stack resource for this run
     monitor = EngineMonitor(deployment)

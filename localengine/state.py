@@ -16,7 +16,7 @@ import json
 import os
 import tempfile
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,9 @@ class ResourceState:
         if self.parent:
             deps.add(self.parent)
         return deps
+
+
+_FIELDS = {f.name for f in fields(ResourceState)}
 
 
 def backend_dir(project_dir: Path) -> Path:
@@ -149,7 +152,8 @@ class StateFile:
             raw = dict(raw)
             raw["inputs"] = self._open(raw.get("inputs") or {})
             raw["outputs"] = self._open(raw.get("outputs") or {})
-            resources.append(ResourceState(**raw))
+            # Fields the engine does not use (other ResourceV3 fields) are not carried.
+            resources.append(ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS}))
         return resources
 
     def save(self, resources: list[ResourceState]) -> None:

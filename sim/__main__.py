@@ -3,8 +3,8 @@
 python -m sim up [--nodes N] [--subnet CIDR] [-v]
 python -m sim down [--purge]
 python -m sim status
-python -m sim apply      # deploy the sim stack with the local executor (no Pulumi CLI)
-python -m sim destroy    # remove the sim stack's containers from the nodes
+python -m sim apply      # = python -m localengine up --stack sim
+python -m sim destroy    # = python -m localengine destroy --stack sim
 python -m sim drift      # compare the running sim stack with its config
 """
 
@@ -33,8 +33,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     down = sub.add_parser("down", help="remove nodes, their volumes and the network")
     down.add_argument("--purge", action="store_true", help="also remove the cached images")
     sub.add_parser("status", help="print the node table as JSON")
-    sub.add_parser("apply", help="deploy the sim stack (local executor, no Pulumi CLI)")
-    sub.add_parser("destroy", help="remove the sim stack's containers from the nodes")
+    sub.add_parser("apply", help="= python -m localengine up --stack sim")
+    sub.add_parser("destroy", help="= python -m localengine destroy --stack sim")
     sub.add_parser("drift", help="compare the running sim stack with Pulumi.sim.yaml")
     return parser.parse_args(argv)
 

@@ -1,21 +1,22 @@
 """The sim stack end to end without the Pulumi CLI: bring the simulated cluster up, then
-apply or destroy the program's `sim` stack with the local executor (sim/executor.py).
+run the program's `sim` stack through the local engine (localengine/), with its state in
+this checkout (`.pulumi/stacks/spark-vllm/sim.json`, the same as
+`python -m localengine up --stack sim`).
 
-    python -m sim apply     # deploy; prints the stack outputs as JSON
-    python -m sim destroy   # remove every container of the sim stack from the nodes
+    python -m sim apply     # = python -m localengine up --stack sim (after `sim up`)
+    python -m sim destroy   # = python -m localengine destroy --stack sim
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from components.deployment import deploy
+from localengine import operations
+from localengine.state import StateFile
 from sim.cluster import Cluster
-from sim.executor import LocalExecutor, apply_program
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, StatePaths
@@ -42,17 +43,20 @@ def load(raw: dict[str, Any] | None = None) -> tuple[StackConfig, SshAccess]:
     return cfg, prepare_ssh_access(cfg, STACK, REPO_ROOT)
 
 
-def apply(
-    cfg: StackConfig, access: SshAccess, log: Callable[[str], None] = print
-) -> tuple[LocalExecutor, dict[str, Any]]:
-    """Deploy `cfg` on the sim nodes; returns the executor (for destroy) and the outputs."""
-    executor = LocalExecutor(log=log)
-    try:
-        outputs = apply_program(lambda: deploy(cfg, STACK, access), executor, stack=STACK)
-    except BaseException:
-        executor.halt()  # no step of this apply keeps running behind the caller
-        raise
-    return executor, outputs
+def engine(
+    operation: str,
+    raw: dict[str, Any] | None = None,
+    *,
+    refresh: bool | None = None,
+    log: Callable[[str], None] = print,
+) -> operations.Result:
+    """One local-engine operation on the sim stack; `raw` is the config to use instead of
+    Pulumi.sim.yaml (namespace stripped, as in the file)."""
+    return operations.run(operation, STACK, REPO_ROOT, refresh=refresh, config=raw, log=log)
+
+
+def has_state() -> bool:
+    return any(StateFile(REPO_ROOT, STACK).load())
 
 
 def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
@@ -95,15 +99,16 @@ def destroy_by_label(cfg: StackConfig, access: SshAccess) -> dict[str, list[str]
 
 
 def main_apply() -> int:
+    from localengine.__main__ import main
+
     ensure_up()
-    cfg, access = load()
-    _, outputs = apply(cfg, access)
-    print(json.dumps(outputs, indent=2, sort_keys=True, default=str))
-    return 0 if outputs.get("health", {}).get("ready") else 1
+    if not has_state():
+        cfg, access = load()
+        destroy_by_label(cfg, access)  # containers no state knows of would block creates
+    return main(["up", "--stack", STACK])
 
 
 def main_destroy() -> int:
-    cfg, access = load()
-    for node, names in destroy_by_label(cfg, access).items():
-        print(f"{node}: removed {', '.join(names) or 'nothing'}")
-    return 0
+    from localengine.__main__ import main
+
+    return main(["destroy", "--stack", STACK])

@@ -24,12 +24,19 @@ from sparkvllm.specs.ssh import known_hosts
 
 @dataclass(frozen=True)
 class SshAccess:
-    """What the components need to reach the nodes. `private_key` is secret material."""
+    """What the components need to reach the nodes. `private_key` is secret material.
+
+    `identity_ref` / `known_hosts_ref` / `control_dir_ref` name the same files as resource
+    inputs do: under `~` (which ssh expands itself) when the state directory is the default
+    one, so no input depends on who runs the program or where the checkout is."""
 
     identity_file: str
     known_hosts_file: str
     host_keys: dict[str, str | None]
     private_key: str = field(repr=False)
+    identity_ref: str = ""
+    known_hosts_ref: str = ""
+    control_dir_ref: str = ""
 
 
 def workstation_versions() -> dict[str, str]:
@@ -39,9 +46,16 @@ def workstation_versions() -> dict[str, str]:
     return {"python": found["python"], "ray": found["ray"]}
 
 
+DEFAULT_STATE_DIR = "~/.cache/spark-vllm"
+
+
+def state_dir_ref(stack: str) -> str:
+    """The state directory as inputs name it: `~/.cache/spark-vllm/<stack>` by default."""
+    return f"{os.environ.get('SPARKVLLM_STATE_DIR') or DEFAULT_STATE_DIR}/{stack}"
+
+
 def state_dir(stack: str) -> Path:
-    base = os.environ.get("SPARKVLLM_STATE_DIR") or str(Path.home() / ".cache" / "spark-vllm")
-    return Path(base) / stack
+    return Path(state_dir_ref(stack)).expanduser()
 
 
 def _read(path: str, base: Path, field_path: str, fix: str) -> str:
@@ -108,8 +122,6 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
     os.chmod(d, 0o700)
     if cfg.ssh_private_key is not None:
         private_key = cfg.ssh_private_key.get_secret_value()
-        identity = d / "id"
-        _write_private(identity, private_key if private_key.endswith("\n") else private_key + "\n")
     else:
         keyfile = cfg.ssh_private_key_file or ""
         private_key = _read(
@@ -118,8 +130,6 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
             "ssh_private_key_file",
             "point it at a readable private key",
         )
-        p = Path(keyfile).expanduser()
-        identity = p if p.is_absolute() else project_dir / p
     if "PRIVATE KEY" not in private_key:
         raise ConfigError(
             [
@@ -132,14 +142,22 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
                 )
             ]
         )
+    # The key always goes into the state directory (also when the config names a key
+    # file), so the identity every input names is the same file on every workstation.
+    identity = d / "id"
+    _write_private(identity, private_key if private_key.endswith("\n") else private_key + "\n")
     kh = d / "known_hosts"
     present = {k: v for k, v in host_keys.items() if v is not None}
     _write_private(kh, known_hosts(cfg.nodes, present))
+    ref = state_dir_ref(stack)
     return SshAccess(
         identity_file=str(identity),
         known_hosts_file=str(kh),
         host_keys=host_keys,
         private_key=private_key,
+        identity_ref=f"{ref}/id",
+        known_hosts_ref=f"{ref}/known_hosts",
+        control_dir_ref=ref,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +90,54 @@ def hf_snapshot(root: Any, files: dict[str, bytes], index: list[str] | None = No
         (blobs / f"b{i}").write_bytes(data)
         (snap / name).symlink_to(blobs / f"b{i}")
     return snap
+
+
+@dataclass
+class SimDeployment:
+    """The sim stack deployed once per test session through the local engine, shared by
+    the sim suites (cluster, drift, engine, fail-fast)."""
+
+    cfg: Any
+    access: Any
+    outputs: dict[str, Any]
+    seconds: float
+
+
+def sim_log(message: str) -> None:
+    print(message, flush=True)
+
+
+@pytest.fixture(scope="session")
+def sim_deployment() -> SimDeployment:
+    from sim import stack
+
+    started = time.monotonic()
+    stack.ensure_up()
+    sim_log(f"phase: sim up {time.monotonic() - started:.1f}s")
+    cfg, access = stack.load()
+    if not stack.has_state():
+        stack.destroy_by_label(cfg, access)  # containers no state knows of block creates
+    started = time.monotonic()
+    result = stack.engine("up", log=sim_log)
+    seconds = time.monotonic() - started
+    sim_log(f"phase: deploy TP=2 (engine up) {seconds:.1f}s")
+    assert not result.error, result.error
+    assert result.outputs["health"]["ready"] is True
+    return SimDeployment(cfg, access, result.outputs, seconds)
+
+
+SIM_PROMPT = "The simulated spark cluster says"
+
+
+def sim_complete(endpoint: str, tokens: int = 12) -> str:
+    """The completion of SIM_PROMPT at temperature 0 (the TP=1 vs TP=2 comparison)."""
+    import urllib.request
+
+    body = {"model": "tiny-qwen3", "prompt": SIM_PROMPT, "max_tokens": tokens,
+            "temperature": 0, "seed": 0}  # fmt: skip
+    req = urllib.request.Request(
+        f"{endpoint}/completions", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        return str(json.loads(resp.read())["choices"][0]["text"])

@@ -19,9 +19,33 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.deployment import deploy
-from sim.executor import SECRET_SIG, SECRET_SIG_KEY, apply_program, unwrap_secrets
+from localengine.wire import SECRET_SIG
+from localengine.wire import SIG_KEY as SECRET_SIG_KEY
+from localengine.wire import plain as unwrap_secrets
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.workstation import SshAccess
+
+
+def apply_program(
+    program: Callable[[], Any],
+    mocks: pulumi.runtime.Mocks,
+    *,
+    stack: str,
+    monitor: MockMonitor | None = None,
+) -> dict[str, Any]:
+    """Run `program` (which registers resources and returns outputs) under `mocks` and
+    return its outputs fully resolved. Raises what the program or a resource raised."""
+    pulumi.runtime.set_mocks(
+        mocks, project="spark-vllm", stack=stack, preview=False, monitor=monitor
+    )
+    resolved: dict[str, Any] = {}
+
+    @pulumi.runtime.test
+    def run() -> pulumi.Output[Any]:
+        return pulumi.Output.from_input(dict(program())).apply(resolved.update)
+
+    run()
+    return resolved
 
 
 @dataclass
@@ -200,9 +224,11 @@ class NodeAnswers(pulumi.runtime.Mocks):
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
-        if args.typ == "command:remote:Command":
+        if args.typ in ("command:remote:Command", "pulumi-python:dynamic:Resource"):
             outputs["stdout"] = self.stdout_for(args.name)
             outputs["stderr"] = ""
+        if args.typ == "pulumi-python:dynamic:Resource":
+            outputs["generation"] = hashlib.sha256(args.name.encode()).hexdigest()[:16]
         elif args.typ == "docker:index/remoteImage:RemoteImage":
             node = args.name.removeprefix("image-")
             outputs["image_id"] = "sha256:" + self.fingerprint(node)

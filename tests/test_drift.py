@@ -172,7 +172,7 @@ def test_state_command_output_parses(spark_raw: dict[str, Any]) -> None:
 
 
 def test_fixes_name_steps_the_program_registers(spark_raw: dict[str, Any]) -> None:
-    """`--replace` URNs in the fixes are exactly the URNs the program registers."""
+    """The step URNs the fixes name are exactly the URNs the program registers."""
     from sparkvllm.workstation import prepare_ssh_access
     from tests.conftest import ROOT
     from tests.pulumi_mocks import run_program
@@ -184,9 +184,7 @@ def test_fixes_name_steps_the_program_registers(spark_raw: dict[str, Any]) -> No
         live[node].image_id = ""
         live[node].weights_gaps = "config.json"
     found = find_drift(cfg, "test", live)
-    urns = [
-        d.detail.split("--replace '")[1].split("'")[0] for d in found if "--replace" in d.detail
-    ]
+    urns = [d.detail.split("reads '")[1].split("'")[0] for d in found if "reads '" in d.detail]
     assert len(urns) == 4
     assert set(urns) <= registered, set(urns) - registered
     assert {u.rsplit("::", 1)[1] for u in urns} == {

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
@@ -16,7 +17,7 @@ from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers, Run, run_program
 
 CONTAINER = "docker:index/container:Container"
 COMMAND = "command:remote:Command"
-REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+NODE_STEP = "pulumi-python:dynamic:Resource"
 
 
 def deployed(raw: dict[str, Any], answers: NodeAnswers | None = None) -> tuple[StackConfig, Run]:
@@ -30,18 +31,19 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
     head = cfg.head
     arrows = [
         (f"image-obtain-{head}", f"{head}-facts"),
-        (f"image-{head}", f"image-obtain-{head}"),
-        ("ray-head-container", f"image-{head}"),
+        ("ray-head-container", f"image-obtain-{head}"),
         ("ray-head-container", f"{head}-facts"),
-        (f"image-support-{head}", f"image-{head}"),
+        (f"image-support-{head}", f"image-obtain-{head}"),
         ("ray-head-container", f"image-support-{head}"),
-        (f"image-versions-{head}", f"image-{head}"),
+        (f"image-versions-{head}", f"image-obtain-{head}"),
         ("ray-head-container", f"image-versions-{head}"),
         (f"model-download-{head}", f"image-support-{head}"),
         ("model-server-container", f"model-download-{head}"),
         ("model-server-ray-ready", "ray-head-container"),
+        ("model-server-guard", "model-server-ray-ready"),
         ("model-server-container", "model-server-ray-ready"),
-        ("model-server-container", f"image-{head}"),
+        ("model-server-container", "model-server-guard"),
+        ("model-server-container", f"image-obtain-{head}"),
         ("model-server-health", "model-server-container"),
     ]
     for n in cfg.worker_nodes:
@@ -50,10 +52,9 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
             (f"image-sync-{w}", f"image-obtain-{head}"),
             (f"image-sync-{w}", f"{w}-facts"),
             (f"image-sync-{w}", f"image-support-{head}"),
-            (f"image-{w}", f"image-sync-{w}"),
-            (f"image-versions-{w}", f"image-{w}"),
+            (f"image-versions-{w}", f"image-sync-{w}"),
             ("ray-head-container", f"image-versions-{w}"),
-            (f"ray-worker-{w}-container", f"image-{w}"),
+            (f"ray-worker-{w}-container", f"image-sync-{w}"),
             (f"ray-worker-{w}-container", f"{w}-facts"),
             (f"ray-worker-{w}-container", "ray-head-container"),
             ("model-server-ray-ready", f"ray-worker-{w}-container"),
@@ -87,10 +88,10 @@ def test_every_arrow_of_the_graph_is_a_real_dependency(raw: dict[str, Any]) -> N
     "drop",
     # Resources whose explicit depends_on carries an arrow no other path implies.
     [
-        "ray-worker-spark-2-container",
         "model-server-container",
         "image-obtain-spark-1",
         "image-sync-spark-2",
+        "model-sync-spark-2",
     ],
 )
 def test_dropping_a_dependency_is_caught(
@@ -115,6 +116,17 @@ def test_dropping_a_dependency_is_caught(
         ):
             if hasattr(__import__(module, fromlist=[fn_name]), fn_name):
                 monkeypatch.setattr(f"{module}.{fn_name}", stripped)
+    from components.node_step import NodeStep
+
+    class Stripped(NodeStep):
+        def __init__(self, resource_name: str, *args: Any, **kwargs: Any) -> None:
+            if resource_name == drop and kwargs.get("opts") is not None:
+                kwargs["opts"] = pulumi.ResourceOptions(parent=kwargs["opts"].parent)
+            super().__init__(resource_name, *args, **kwargs)
+
+    for module in ("components.synced_image", "components.model_weights",
+                   "components.model_server"):  # fmt: skip
+        monkeypatch.setattr(f"{module}.NodeStep", Stripped)
     cfg, run = deployed(spark_raw)
     assert any(later == drop for later, _ in missing_arrows(cfg, run))
 
@@ -144,7 +156,11 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
             "sparkvllm:index:ModelWeights",
             "sparkvllm:index:ModelServer",
         },
-        REMOTE_IMAGE: {"sparkvllm:index:SyncedImage"},
+        NODE_STEP: {
+            "sparkvllm:index:SyncedImage",
+            "sparkvllm:index:ModelWeights",
+            "sparkvllm:index:ModelServer",
+        },
         "pulumi:providers:docker": {"sparkvllm:index:GB10Node"},
     }
     for r in run.registrations.values():
@@ -157,11 +173,9 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
 
 def test_containers_and_images_use_their_own_nodes_docker(raw: dict[str, Any]) -> None:
     cfg, run = deployed(raw)
-    for r in run.of_type(CONTAINER) + run.of_type(REMOTE_IMAGE):
-        if r.type == CONTAINER:
-            node = {lb["label"]: lb["value"] for lb in r.state["labels"]}["ai.sparkvllm.node"]
-        else:
-            node = r.name.removeprefix("image-")
+    for r in run.of_type(CONTAINER):
+        node = {lb["label"]: lb["value"] for lb in r.state["labels"]}["ai.sparkvllm.node"]
+        assert r.state["image"] == cfg.image.ref  # known in every preview
         provider_urn = r.provider.rsplit("::", 1)[0]
         assert provider_urn.endswith(f"::{node}-docker"), (r.name, r.provider)
     providers = {r.name: r.state for r in run.of_type("pulumi:providers:docker")}
@@ -262,8 +276,11 @@ def test_secrets_stay_secret(spark_raw: dict[str, Any]) -> None:
     for r in run.of_type(COMMAND):
         assert r.secret_input("connection"), r.name  # holds the private key
         assert TEST_PRIVATE_KEY.splitlines()[1] not in r.state["create"]
-    for name in ("image-sync-spark-2",):
-        assert run.by_name(name).secret_input("stdin")
+    # NodeSteps carry no key at all: the node-to-node key is read from the identity file
+    # at call time and sent on stdin.
+    for r in run.of_type(NODE_STEP):
+        assert TEST_PRIVATE_KEY.splitlines()[1] not in json.dumps(r.state, default=str), r.name
+    assert run.by_name("image-sync-spark-2").plain("stdin_identity") is True
     server = run.by_name("model-server-container")
     assert server.secret_input("envs")
     assert f"VLLM_API_KEY={TEST_API_KEY}" in server.plain("envs")
@@ -409,25 +426,27 @@ def test_page_cache_is_dropped_on_every_node_right_before_the_server(
     assert not [r for r in run.registrations.values() if "drop-caches" in r.name]
 
 
-def test_server_is_bound_to_the_ray_containers_it_started_on(spark_raw: dict[str, Any]) -> None:
-    """Replacing a Ray container changes this label, so the server is replaced with it."""
+def test_server_is_bound_to_the_ray_membership_and_its_guard(spark_raw: dict[str, Any]) -> None:
+    """The server carries the generations of the Ray membership step and of its guard (a
+    new generation, i.e. either step re-ran, replaces it); a worker carries its head's ID."""
     import hashlib
 
-    from sparkvllm.specs.containers import RAY_CLUSTER_LABEL, ray_cluster_digest
+    from sparkvllm.specs.containers import GUARD_LABEL, HEAD_LABEL, RAY_CLUSTER_LABEL
 
     _, run = deployed(spark_raw)
-    # The mock gives each resource the ID "<name>-<sha256(name)[:12]>".
-    ray_ids = [
-        f"{n}-{hashlib.sha256(n.encode()).hexdigest()[:12]}"
-        for n in ("ray-head-container", "ray-worker-spark-2-container")
-    ]
+
+    def gen(name: str) -> str:  # the mock's generation for a NodeStep
+        return hashlib.sha256(name.encode()).hexdigest()[:16]
+
     server = run.by_name("model-server-container")
     labels = {lb["label"]: lb["value"] for lb in server.plain("labels")}
-    members = json.loads(
-        NodeAnswers(load_stack_config(spark_raw)).stdout_for("model-server-ray-ready")
-    )
-    assert labels[RAY_CLUSTER_LABEL] == ray_cluster_digest(ray_ids, members)
-    assert ray_cluster_digest(ray_ids, {"node_ids": ["restarted"]}) != labels[RAY_CLUSTER_LABEL]
+    assert labels[RAY_CLUSTER_LABEL] == gen("model-server-ray-ready")
+    assert labels[GUARD_LABEL] == gen("model-server-guard")
+    ray_ready = run.by_name("model-server-ray-ready")
+    head_id = f"ray-head-container-{hashlib.sha256(b'ray-head-container').hexdigest()[:12]}"
+    assert head_id in ray_ready.plain("triggers")
+    worker = run.by_name("ray-worker-spark-2-container")
+    assert {lb["label"]: lb["value"] for lb in worker.plain("labels")}[HEAD_LABEL] == head_id
 
 
 def test_model_outputs(spark_raw: dict[str, Any]) -> None:

@@ -12,10 +12,9 @@ import pulumi
 import pytest
 from pulumi.runtime import config as runtime_config
 
-from sim.executor import apply_program
 from sparkvllm.config import load_stack_config
 from tests.conftest import ROOT
-from tests.pulumi_mocks import NodeAnswers, RecordingMonitor
+from tests.pulumi_mocks import NodeAnswers, RecordingMonitor, apply_program
 
 
 @pytest.fixture(autouse=True)

@@ -1,82 +1,42 @@
-"""The program's own registered resources, executed for real on the SIMULATED cluster.
+"""The program's own registered resources, carried out for real on the SIMULATED cluster
+through the local engine (the session's shared deployment, tests/conftest.py): every
+command, node step and container spec the components register runs on the sim nodes over
+ssh, in the order the program's dependency graph allows. Then we check what really
+happened on the nodes.
 
-`sim.stack.apply` runs the Pulumi program under the local executor: every command and
-container spec the components register is run on the sim nodes over ssh, in the order the
-program's dependency graph allows. Then we check what really happened on the nodes.
-
-Model and prompt for the TP=1 vs TP=2 comparison: the tiny random-weight Qwen3 model made
-offline (`sim/model/`), served in float32 (`vllm.dtype` in Pulumi.sim.yaml), completion of
-a fixed prompt at temperature 0 with 12 tokens. float32 keeps the greedy argmax stable
-when the matmuls are split across two ranks (fp16/bf16 rounding could flip near-ties).
+Model and prompt for the TP=1 vs TP=2 comparison (tests/test_sim_engine.py): the tiny
+random-weight Qwen3 model made offline (`sim/model/`), served in float32 (`vllm.dtype` in
+Pulumi.sim.yaml), completion of a fixed prompt at temperature 0 with 12 tokens. float32
+keeps the greedy argmax stable when the matmuls are split across two ranks.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
 from sim import stack
-from sim.executor import LocalExecutor
-from sparkvllm.config import StackConfig
 from sparkvllm.probes import server_health
-from sparkvllm.remote import run_ssh
-from sparkvllm.specs.commands import parse_kv
-from sparkvllm.workstation import SshAccess
+from sparkvllm.specs import model
+from sparkvllm.specs.commands import image_sync, parse_kv
+from tests.conftest import SimDeployment
 
 pytestmark = pytest.mark.sim
 
-PROMPT = "The simulated spark cluster says"
-TOKENS = 12
+Deployed = SimDeployment
 
 
-@dataclass
-class Deployed:
-    cfg: StackConfig
-    access: SshAccess
-    executor: LocalExecutor
-    outputs: dict[str, Any]
-    seconds: float
+@pytest.fixture(scope="module")
+def tp2(sim_deployment: SimDeployment) -> SimDeployment:
+    return sim_deployment
 
 
 def _log(message: str) -> None:
     print(message, flush=True)
-
-
-@pytest.fixture(scope="module")
-def sim_cluster() -> list[dict[str, object]]:
-    started = time.monotonic()
-    table = stack.ensure_up()
-    _log(f"phase: sim up {time.monotonic() - started:.1f}s")
-    return table
-
-
-@pytest.fixture(scope="module")
-def tp2(sim_cluster: list[dict[str, object]]) -> Iterator[Deployed]:
-    cfg, access = stack.load()
-    stack.destroy_by_label(cfg, access)  # a previous run's leftovers, if any
-    started = time.monotonic()
-    executor, outputs = stack.apply(cfg, access, log=_log)
-    seconds = time.monotonic() - started
-    _log(f"phase: deploy TP=2 {seconds:.1f}s")
-    yield Deployed(cfg, access, executor, outputs, seconds)
-    assert executor.destroy() == []
-
-
-def _complete(endpoint: str, model: str) -> dict[str, Any]:
-    body = {"model": model, "prompt": PROMPT, "max_tokens": TOKENS, "temperature": 0, "seed": 0}
-    req = urllib.request.Request(
-        f"{endpoint}/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=300) as resp:
-        return json.loads(resp.read())
 
 
 def _ssh(d: Deployed, node: str, command: str) -> str:
@@ -108,15 +68,13 @@ def test_the_image_reached_node_2_with_equal_ids(tp2: Deployed) -> None:
 
 
 def test_a_second_sync_transfers_nothing(tp2: Deployed) -> None:
-    sync = next(a for a in tp2.executor.applied if a.name == "image-sync-spark-2")
-    assert sync.target is not None
+    sync = image_sync(tp2.cfg, tp2.cfg.nodes[1], tp2.access.host_keys["spark-2"])
     started = time.monotonic()
-    again = run_ssh(sync.target, sync.inputs["create"], stdin=sync.inputs["stdin"], timeout=600)
-    assert again.returncode == 0, again.stderr
-    facts = parse_kv(again.stdout)
+    out = stack.run_on(tp2.cfg, tp2.access, sync.node, sync.shell_command,
+                       stdin=tp2.access.private_key, timeout=600)  # fmt: skip
+    facts = parse_kv(out)
     assert facts["transferred"] == "0"
     assert facts["fingerprint"] == tp2.outputs["image"]["fingerprint"]
-    assert "streaming" not in again.stderr
     _log(f"phase: second image sync {time.monotonic() - started:.1f}s (no transfer)")
 
 
@@ -153,31 +111,9 @@ def test_health_output_is_what_a_fresh_probe_sees(tp2: Deployed) -> None:
 
 
 def test_weights_were_already_in_place_and_verified(tp2: Deployed) -> None:
-    sync = next(a for a in tp2.executor.applied if a.name == "model-sync-spark-2")
-    assert parse_kv(sync.outputs["stdout"])["transferred"] == "0"
     assert len(tp2.outputs["model"]["weights_manifest"]) == 64
     assert tp2.outputs["model"]["support"]["architectures"] == ["Qwen3ForCausalLM"]
-
-
-def test_tp2_answer_equals_tp1_and_teardown_leaves_nodes_clean(tp2: Deployed) -> None:
-    tp2_answer = _complete(tp2.outputs["endpoint"], "tiny-qwen3")["choices"][0]["text"]
-    assert tp2.executor.destroy() == []
+    read = model.weights_read(tp2.cfg)
     for node in tp2.cfg.nodes:
-        assert stack.our_containers(tp2.cfg, tp2.access, node.name) == []
-
-    raw = stack.stack_raw()
-    raw["nodes"] = raw["nodes"][:1]
-    raw["parallelism"] = {"tensor": 1, "pipeline": 1}
-    cfg1, access1 = stack.load(raw)
-    started = time.monotonic()
-    executor1, outputs1 = stack.apply(cfg1, access1, log=_log)
-    _log(f"phase: deploy TP=1 {time.monotonic() - started:.1f}s")
-    try:
-        tp1_answer = _complete(outputs1["endpoint"], "tiny-qwen3")["choices"][0]["text"]
-    finally:
-        assert executor1.destroy() == []
-    _log(f"TP=1 vs TP=2 for {PROMPT!r}: {tp1_answer!r} vs {tp2_answer!r}")
-    assert tp2_answer == tp1_answer
-    assert tp2_answer.strip() != ""
-    for node in tp2.cfg.nodes:
-        assert stack.our_containers(tp2.cfg, tp2.access, node.name) == []
+        out = stack.run_on(tp2.cfg, tp2.access, node.name, f"bash -c {shlex.quote(read)}")
+        assert parse_kv(out)["manifest"] == tp2.outputs["model"]["weights_manifest"]

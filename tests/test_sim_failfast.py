@@ -3,14 +3,15 @@ program with its message before any container starts (or, for a node's weights, 
 repaired by the copy step), and nothing is left half-done.
 
 Each test breaks one thing on the real sim nodes, runs the program (or, where the program
-would simply converge the breakage away, the check's own commands), reads the message,
-and restores what it broke. The module works on a fresh simulation as well as after the
-deployment suites (it needs no running deployment).
+would simply converge the breakage away, the check's own commands) through the local
+engine, reads the message, and restores what it broke. The module works on a fresh
+simulation as well as after the deployment suites (it needs no running deployment).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 import shlex
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from sim import stack
-from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.config import StackConfig
 from sparkvllm.specs import model, versions
 from sparkvllm.specs.commands import (
     CommandSpec,
@@ -77,13 +78,14 @@ def sim() -> Sim:
     return s
 
 
-def _fails_before_any_container(s: Sim, cfg: StackConfig, message: str) -> None:
+def _fails_before_any_container(s: Sim, raw: dict[str, Any], message: str) -> None:
+    """`up` with `raw` fails with `message` and no container changed on any node."""
     before = s.containers()
     started = time.monotonic()
-    with pytest.raises(Exception, match=message):
-        stack.apply(cfg, s.access, log=_log)
+    result = stack.engine("up", raw, log=_log)
     seconds = time.monotonic() - started
-    _log(f"phase: apply failed after {seconds:.1f}s (in-flight steps finish first)")
+    _log(f"phase: up failed after {seconds:.1f}s (in-flight steps finish first)")
+    assert re.search(message, result.error), result.error
     assert s.containers() == before
 
 
@@ -92,7 +94,7 @@ def test_a_wrong_interface_name_stops_at_the_facts(sim: Sim) -> None:
     raw["nodes"][1]["cluster_link"]["netdev"] = "enp1s0f1np1"
     _fails_before_any_container(
         sim,
-        load_stack_config(raw),
+        raw,
         r"node spark-2: netdev 'enp1s0f1np1' does not exist \(present: [^)]*eth0",
     )
 
@@ -115,7 +117,7 @@ def test_an_image_without_the_model_file_stops_before_the_stream(
     raw["image"] = {"ref": tag, "source": "present", "arch": "x86_64"}
     _fails_before_any_container(
         sim,
-        load_stack_config(raw),
+        raw,
         rf"image {tag} \(vLLM [0-9.]+\) registers Qwen3ForCausalLM in module qwen3 but that "
         "file is missing from the image",
     )
@@ -137,7 +139,7 @@ def test_a_missing_weight_file_on_the_head_stops_before_any_container(
 ) -> None:
     _fails_before_any_container(
         sim,
-        sim.cfg,
+        sim.raw,
         r"model sparkvllm/tiny-qwen3@main in /root/.cache/huggingface on spark-1 is incomplete "
         r"and model.offline is true; .* Missing: model.safetensors",
     )

@@ -16,12 +16,8 @@ verified exactly when `connection.hostKey` is set).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any
 
 from localengine import wire
@@ -31,9 +27,8 @@ from localengine.providers.base import (
     ReadResult,
     Transport,
     refuse_unknown_inputs,
-    ssh_target,
 )
-from sparkvllm.remote import SshTarget
+from sparkvllm.remote import ConnectionFiles, SshTarget
 
 TYPE = "command:remote:Command"
 _INPUTS = {"connection", "create", "update", "delete", "stdin", "triggers",
@@ -46,8 +41,7 @@ _OUTPUTS = ("stdout", "stderr")
 class CommandProvider:
     def __init__(self, transport: Transport):
         self._transport = transport
-        self._keydir = Path(tempfile.mkdtemp(prefix="localengine-ssh-"))
-        self._lock = threading.Lock()
+        self._files = ConnectionFiles()
 
     def check(self, typ: str, olds: dict[str, Any], news: dict[str, Any]) -> dict[str, Any]:
         _known(typ)
@@ -142,31 +136,7 @@ class CommandProvider:
         return {**inputs, "stdout": stdout, "stderr": stderr}
 
     def _target(self, conn: dict[str, Any]) -> SshTarget:
-        host, user = str(conn["host"]), str(conn.get("user") or "root")
-        port = int(conn.get("port") or 22)
-        key_text = str(conn.get("privateKey") or "")
-        digest = hashlib.sha256(key_text.encode()).hexdigest()[:16]
-        key = self._keydir / f"key-{digest}"
-        with self._lock:
-            if key_text and not key.exists():
-                fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(key_text if key_text.endswith("\n") else key_text + "\n")
-        timeout = int(conn.get("perDialTimeout") or 15)
-        opts = ["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={timeout}", "-o", "ServerAliveInterval=15",
-                "-o", "ServerAliveCountMax=4"]  # fmt: skip
-        if key_text:
-            opts = ["-i", str(key), *opts]
-        if conn.get("hostKey"):
-            kh = self._keydir / f"known_hosts-{host}-{port}"
-            line_host = host if port == 22 else f"[{host}]:{port}"
-            kh.write_text(f"{line_host} {conn['hostKey']}\n")
-            opts += ["-o", f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes"]
-        else:
-            # connection.go: without hostKey the Go client accepts any host key.
-            opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
-        return ssh_target(user, host, port, opts)
+        return self._files.target(conn)
 
 
 def _known(typ: str) -> None:

@@ -32,6 +32,13 @@ class CommandSpec:
     stdin: str | None = None
     stdin_secret: Literal["ssh_private_key"] | None = None
     timeout_s: int = 300
+    # How a refresh reads the step back (components/node_step.py): `read` runs on
+    # `read_node` (default: `node`), changes nothing, and prints the value of `state_key`
+    # that `create` printed when it left the node as it should be.
+    read: str | None = None
+    read_stdin: str | None = None
+    read_node: str | None = None
+    state_key: str | None = None
 
     @property
     def shell_command(self) -> str:
@@ -100,7 +107,15 @@ def image_obtain(cfg: StackConfig) -> CommandSpec:
             f"echo fingerprint=$({fingerprint_script(img.ref)})",
         ]
     )
-    return CommandSpec(name=f"image-obtain-{head}", node=head, create=create, timeout_s=3600)
+    return CommandSpec(
+        name=f"image-obtain-{head}", node=head, create=create, timeout_s=3600,
+        read=fingerprint_read(img.ref), state_key="fingerprint",
+    )  # fmt: skip
+
+
+def fingerprint_read(ref: str) -> str:
+    """Prints `fingerprint=` of the image on the node it runs on (empty if absent)."""
+    return f"echo fingerprint=$({fingerprint_script(ref)} || true)"
 
 
 def _ssh_to(node: NodeConfig, host_key: str | None) -> str:
@@ -184,6 +199,9 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
         create=create,
         stdin_secret="ssh_private_key",
         timeout_s=3600,
+        read=fingerprint_read(ref),
+        read_node=target.name,
+        state_key="fingerprint",
     )
 
 
@@ -310,7 +328,43 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
         ),
         stdin=script("ray_members"),
         timeout_s=cfg.timeouts.ray_ready_s + 120,
+        # Read back: the raylets Ray reports now, by ID (a restarted head or node has new
+        # ones, and vLLM's Ray workers died with the old ones).
+        read=f"docker exec -i {name} python3 - {shlex.quote(ips)} {cfg.total_gpus} || true",
+        read_stdin=script("ray_members"),
+        state_key="json:node_ids",
     )
+
+
+def server_guard(cfg: StackConfig, stack: str) -> CommandSpec:
+    """The model server's liveness, read back by refresh: `health=ok` while its container
+    runs and Docker's healthcheck (vLLM /health) is healthy or still starting; anything
+    else (stopped, unhealthy: a hung engine) reads `health=bad`, which replaces the guard
+    and, through its generation label, the server container."""
+    name = container_name(stack, "model-server")
+    fmt = shlex.quote("{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}")
+    probe = shlex.quote(
+        "import urllib.request as u; "
+        f"u.urlopen('http://127.0.0.1:{cfg.ports.api}/health', timeout=10)"
+    )
+    read = "\n".join(
+        [
+            f"s=$(docker inspect -f {fmt} {name} 2>/dev/null || echo absent)",
+            'case "$s" in',
+            # No container: the docker resource's own read reports it. Still loading: fine.
+            '  absent|"running starting") echo health=ok;;',
+            (
+                f"  running*) if timeout 20 docker exec {name} python3 -c {probe} >/dev/null 2>&1;"
+                " then echo health=ok; else echo health=bad; fi;;"
+            ),
+            "  *) echo health=bad;;",
+            "esac",
+        ]
+    )
+    return CommandSpec(
+        name=f"server-guard-{cfg.head}", node=cfg.head, create="echo health=ok",
+        read=read, state_key="health", timeout_s=60,
+    )  # fmt: skip
 
 
 def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:

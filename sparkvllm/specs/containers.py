@@ -95,18 +95,16 @@ class ContainerSpec:
 
 
 SPEC_LABEL = f"{LABEL_PREFIX}.spec"
-# On the model server: a digest of the Ray cluster it was started on (the Ray containers
-# and the raylets Ray reported). Replacing a Ray container or restarting a raylet kills
-# vLLM's Ray workers, so the server must be replaced too: a label change does that.
+# On the model server: the generation of the Ray membership it started on. Replacing a
+# Ray container or restarting a raylet kills vLLM's Ray workers, so the server must be
+# replaced too: the membership step re-runs, and its new generation changes this label.
 RAY_CLUSTER_LABEL = f"{LABEL_PREFIX}.ray-cluster"
-
-
-def ray_cluster_digest(container_ids: list[str], members: dict[str, object]) -> str:
-    """`members` is the ray_members probe's report (its `node_ids`)."""
-    node_ids = members.get("node_ids") or []
-    assert isinstance(node_ids, list)
-    parts = [*sorted(container_ids), "|", *sorted(str(i) for i in node_ids)]
-    return hashlib.sha256(",".join(parts).encode()).hexdigest()[:16]
+# On the model server: the generation of its guard, which a refresh that finds the server
+# stopped or hung replaces, and with it (a label change) the server.
+GUARD_LABEL = f"{LABEL_PREFIX}.guard"
+# On a Ray worker: the head container it joined. A new head replaces the workers (their
+# raylets would otherwise wait on a GCS that is gone).
+HEAD_LABEL = f"{LABEL_PREFIX}.ray-head"
 
 
 def spec_digest(spec: ContainerSpec) -> str:

@@ -1,10 +1,8 @@
 """Drift the Pulumi providers cannot see, as pure commands and a pure comparison.
 
-pulumi-docker's refresh notices a removed container (dropped from state) or a stopped one
-(must_run false), and a vanished image (RemoteImage dropped), but not: an image replaced
-under the same tag, a container running an older spec, a Ray cluster that lost a node while
-every container still runs, or a model server whose engine died behind a live process.
-pulumi-command never reads anything back. This module describes what the deployment should
+The program's refresh reads back containers (pulumi-docker) and its NodeSteps (images,
+weights, Ray membership, the server answering); this check reads the same things directly,
+without Pulumi state, for CI jobs and operators. This module describes what the deployment should
 look like on each node (from the config, via the same specs the components use), the
 commands that read what is there, and the differences, each naming the node and the fix.
 """
@@ -22,26 +20,25 @@ from sparkvllm.specs.commands import fingerprint_script
 from sparkvllm.specs.containers import SPEC_LABEL, ContainerSpec
 from sparkvllm.specs.health import last_json
 
-FIX = "run `pulumi up` (or `python -m sim apply` on the sim stack)"
-SIM_FIX = "on the sim stack `python -m sim apply`"
+# Pulumi.yaml sets `options.refresh: always`, so every `up` reads the nodes back first.
+FIX = "run `pulumi up` (`python -m localengine up --stack NAME` where the Pulumi CLI is absent)"
 
 
 def step_urn(stack: str, component_type: str, name: str) -> str:
-    """The URN of a one-shot node step (a remote.Command) of the program."""
-    return f"urn:pulumi:{stack}::{PROJECT}::{component_type}$command:remote:Command::{name}"
+    """The URN of a read-back node step (a NodeStep, a dynamic resource) of the program."""
+    return f"urn:pulumi:{stack}::{PROJECT}::{component_type}$pulumi-python:dynamic:Resource::{name}"
 
 
-def rerun_fix(stack: str, component_type: str, step: str, refresh: bool = False) -> str:
-    """How to re-run one node step. pulumi-command runs a step again only when its inputs
-    change or it is replaced, so a plain `pulumi up` would not repeat a finished copy."""
-    flags = "--refresh " if refresh else ""
+def rerun_fix(stack: str, component_type: str, step: str) -> str:
+    """How the step heals: the refresh of the next `up` reads the node, finds it differs
+    from what the step left, and the step runs again (components/node_step.py)."""
     urn = step_urn(stack, component_type, step)
-    return f"run `pulumi up {flags}--replace '{urn}'` ({SIM_FIX})"
+    return f"{FIX}: its refresh reads '{urn}' back and runs it again"
 
 
 def image_fix(cfg: StackConfig, stack: str, node: str) -> str:
     step = f"image-obtain-{node}" if node == cfg.head else f"image-sync-{node}"
-    return rerun_fix(stack, "sparkvllm:index:SyncedImage", step, refresh=True)
+    return rerun_fix(stack, "sparkvllm:index:SyncedImage", step)
 
 
 def weights_fix(cfg: StackConfig, stack: str, node: str) -> str:

@@ -177,7 +177,25 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
         ]
     )
     return CommandSpec(
-        name=f"weights-{node.name}", node=node.name, create=create, timeout_s=6 * 3600
+        name=f"weights-{node.name}", node=node.name, create=create, timeout_s=6 * 3600,
+        read=weights_read(cfg), state_key="manifest",
+    )  # fmt: skip
+
+
+def weights_read(cfg: StackConfig) -> str:
+    """Prints `manifest=` of the weights on the node it runs on: the manifest of resolved
+    files when complete, `incomplete` when a file is missing (deleted, a dangling link)."""
+    return "\n".join(
+        [
+            MANIFEST,
+            INCOMPLETE,
+            _snapshot_shell(cfg),
+            GAPS,
+            (
+                'if [ -n "$gaps" ]; then echo manifest=incomplete; '
+                'else echo manifest=$(manifest "$snap"); fi'
+            ),
+        ]
     )
 
 
@@ -235,6 +253,9 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
         create=create,
         stdin_secret="ssh_private_key",
         timeout_s=6 * 3600,
+        read=weights_read(cfg),
+        read_node=target.name,
+        state_key="manifest",
     )
 
 

@@ -30,37 +30,29 @@ def docker_host(node: NodeConfig) -> str:
     return f"ssh://{node.ssh.user}@{node.ssh.host}:{node.ssh.port}"
 
 
-def docker_ssh_opts(node: NodeConfig, identity_file: str, known_hosts_file: str) -> list[str]:
-    """Options for the docker provider's ssh (each `-o` its own argv word).
+def docker_ssh_opts(
+    node: NodeConfig, identity_ref: str, known_hosts_ref: str, control_dir_ref: str
+) -> list[str]:
+    """Options for the docker provider's ssh (each `-o` its own argv word). The paths are
+    given as the caller names them (`~/...`: ssh expands `~` itself), so the provider's
+    config is the same on every workstation.
 
     ControlMaster/ControlPersist reuse one connection: the provider opens a new ssh for
-    every API call, and bursts of connections get refused (kreuzwerker issue 262).
+    every API call, and bursts of connections get refused (kreuzwerker issue 262). The
+    control socket lives in the stack's own 0700 directory, not the shared /tmp.
     """
     opts = [
-        "-i",
-        identity_file,
-        "-o",
-        "IdentitiesOnly=yes",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "ConnectTimeout=15",
-        "-o",
-        "ServerAliveInterval=15",
-        "-o",
-        "ControlMaster=auto",
-        "-o",
-        "ControlPath=/tmp/sparkvllm-ssh-%C",
-        "-o",
-        "ControlPersist=120",
-    ]
+        "-o", f"IdentityFile={identity_ref}",
+        "-o", "IdentitiesOnly=yes",
+        "-o", "BatchMode=yes",
+        "-o", "ConnectTimeout=15",
+        "-o", "ServerAliveInterval=15",
+        "-o", "ControlMaster=auto",
+        "-o", f"ControlPath={control_dir_ref}/cm-%C",
+        "-o", "ControlPersist=120",
+    ]  # fmt: skip
     if node.ssh.verify_host_key:
-        opts += [
-            "-o",
-            f"UserKnownHostsFile={known_hosts_file}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-        ]
+        opts += ["-o", f"UserKnownHostsFile={known_hosts_ref}", "-o", "StrictHostKeyChecking=yes"]
     else:
         opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
     return opts

@@ -66,9 +66,13 @@ def spark4_raw(spark_raw: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(autouse=True)
-def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Workstation files (identity, known_hosts) go to a temp dir, never to ~/.cache.
-    monkeypatch.setenv("SPARKVLLM_STATE_DIR", str(tmp_path / "state"))
+def _state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # Workstation files (identity, known_hosts) go to a temp dir, never to ~/.cache; the
+    # sim suites use the default one, as `python -m localengine up --stack sim` does.
+    if request.node.get_closest_marker("sim") is None:
+        monkeypatch.setenv("SPARKVLLM_STATE_DIR", str(tmp_path / "state"))
 
 
 def hf_snapshot(root: Any, files: dict[str, bytes], index: list[str] | None = None) -> Any:

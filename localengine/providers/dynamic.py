@@ -72,11 +72,10 @@ class DynamicProvider:
         self, typ: str, id_: str, old_inputs: dict[str, Any], old_outputs: dict[str, Any],
         news: dict[str, Any],
     ) -> DiffResult:  # fmt: skip
-        if wire.has_unknown(news):
-            # Unknown inputs in preview: the host cannot call the provider's diff with them;
-            # the engine's own comparison decides (an unknown counts as a change).
-            return DiffResult(changes=wire.changed_keys(old_inputs, news))
-        result = _provider(news).diff(id_, _py(old_outputs), _py(news))
+        # In preview an unknown input reaches the provider's diff as the unknown sentinel
+        # (dynamic/__main__.py Diff deserializes with keep_unknowns).
+        provider = _provider(old_outputs if wire.has_unknown(news.get(PROVIDER_KEY)) else news)
+        result = provider.diff(id_, _py(old_outputs), _py(news))
         if result.changes is None:
             # DIFF_UNKNOWN: the engine compares the inputs itself (no change: same).
             changes = wire.changed_keys(old_inputs, news)

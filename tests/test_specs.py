@@ -262,6 +262,13 @@ def _ray_node(ip: str, gpus: float, alive: bool = True) -> dict[str, Any]:
             ["172.16.0.9"],
         ),
         ([_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 0)], False, [], []),
+        # A restarted worker's old raylet is still "alive": not settled yet.
+        (
+            [_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 1), _ray_node("10.0.0.2", 1)],
+            False,
+            [],
+            [],
+        ),
     ],
 )
 def test_ray_membership(

@@ -2,7 +2,7 @@
 
 Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS`.
 Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
-"unexpected": [...], "complete": bool}. Exit 0 when complete, 3 when not yet.
+"unexpected": [...], "duplicated": [...], "node_ids": [...], "complete": bool}. Exit 0 when complete, 3 when not yet.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
     gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in alive)
     missing = [ip for ip in expected_ips if ip not in ips]
     unexpected = [ip for ip in ips if ip not in expected_ips]
+    # A raylet that died (its node restarted, its container was replaced) stays "alive"
+    # until the GCS misses its heartbeats: two alive raylets on one address is not settled.
+    duplicated = sorted({ip for ip in ips if ips.count(ip) > 1})
     return {
         "alive": len(alive),
         "gpus": gpus,
@@ -31,10 +34,11 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
         ],
         "missing": missing,
         "unexpected": unexpected,
+        "duplicated": duplicated,
         # Raylet IDs change when a Ray process restarts (head restart, worker rejoin): the
         # model server is bound to the exact set it started on.
         "node_ids": sorted(n.get("NodeID", "") for n in alive),
-        "complete": not missing and gpus >= expected_gpus,
+        "complete": not missing and not duplicated and gpus >= expected_gpus,
     }
 
 

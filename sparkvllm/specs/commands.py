@@ -240,11 +240,13 @@ def _probe_loop(
     what: str,
     on_fail_logs_of: str | None = None,
     on_success: str = "",
+    settle_s: int = 0,
 ) -> str:
     """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
 
     Progress every 30 s on stderr; on timeout, the probe's last answer and the last log
     lines; bounded by `timeout_s`. The probe's last JSON line is the command's stdout.
+    With `settle_s`, the probe must give the same passing answer for that long first.
     """
     argv = " ".join(shlex.quote(a) for a in args)
     logs = on_fail_logs_of or container
@@ -266,9 +268,14 @@ def _probe_loop(
             f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
             "  rc=$?",
             "  if [ $rc -eq 0 ]; then",
-            "    printf '%s\\n' \"$out\" | tail -n 1",
-            *(f"    {line}" for line in on_success.splitlines()),
-            "    exit 0",
+            '    if [ "$out" != "${settled:-}" ]; then settled=$out; since=$SECONDS; fi',
+            f"    if [ $((SECONDS - since)) -ge {settle_s} ]; then",
+            "      printf '%s\\n' \"$out\" | tail -n 1",
+            *(f"      {line}" for line in on_success.splitlines()),
+            "      exit 0",
+            "    fi",
+            "  else",
+            "    settled=",
             "  fi",
             "  if [ $SECONDS -ge $deadline ]; then",
             (
@@ -308,6 +315,9 @@ def nccl_transport_script(container: str) -> str:
     )
 
 
+RAY_SETTLE_S = 30
+
+
 def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
     """Wait until Ray reports every node (by its cluster IP) and every GPU.
 
@@ -325,6 +335,11 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
             args=[ips, str(cfg.total_gpus)],
             timeout_s=cfg.timeouts.ray_ready_s,
             what="ray cluster",
+            # A raylet that died (a replaced or restarted Ray container) still counts as
+            # alive until the GCS misses its health checks (about 20 s with Ray's
+            # defaults), and its replacement registers a few seconds after its container
+            # starts: only an answer unchanged for 30 s names the raylets that will last.
+            settle_s=RAY_SETTLE_S,
         ),
         stdin=script("ray_members"),
         timeout_s=cfg.timeouts.ray_ready_s + 120,

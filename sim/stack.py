@@ -88,7 +88,7 @@ def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:
 
 
 def destroy_by_label(cfg: StackConfig, access: SshAccess) -> dict[str, list[str]]:
-    """Remove every container of the sim stack from every node (no executor state needed)."""
+    """Remove every container of the sim stack from every node (no engine state needed)."""
     removed = {}
     for node in cfg.nodes:
         names = our_containers(cfg, access, node.name)

@@ -229,10 +229,6 @@ class NodeAnswers(pulumi.runtime.Mocks):
             outputs["stderr"] = ""
         if args.typ == "pulumi-python:dynamic:Resource":
             outputs["generation"] = hashlib.sha256(args.name.encode()).hexdigest()[:16]
-        elif args.typ == "docker:index/remoteImage:RemoteImage":
-            node = args.name.removeprefix("image-")
-            outputs["image_id"] = "sha256:" + self.fingerprint(node)
-            outputs["imageId"] = outputs["image_id"]
         digest = hashlib.sha256(args.name.encode()).hexdigest()[:12]
         return f"{args.name}-{digest}", outputs
 

@@ -2,7 +2,8 @@
 
 Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS`.
 Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
-"unexpected": [...], "duplicated": [...], "node_ids": [...], "complete": bool}. Exit 0 when complete, 3 when not yet.
+"unexpected": [...], "duplicated": [...], "node_ids": [...],
+"complete": bool}. Exit 0 when complete, 3 when not yet.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One-shot node commands, each with its lifecycle: create is idempotent, delete undoes it.
 
 Pure: strings and data. `components/` turns a CommandSpec into a pulumi-command
-remote.Command on the node's connection; the simulated-cluster executor runs the same
+remote.Command or a NodeStep on the node; the local engine (localengine/) runs the same
 resource inputs over ssh.
 
 stdin: a command gets either literal text (a probe script) or, for `stdin_secret`, a secret

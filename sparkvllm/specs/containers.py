@@ -1,7 +1,7 @@
 """Container specs of the long-running processes: Ray head, Ray workers, model server.
 
 Pure data: no Pulumi, no I/O. `components/` turns a ContainerSpec into a docker.Container;
-the simulated-cluster executor runs the very same resource inputs.
+the local engine (localengine/) carries out the very same resource inputs.
 
 What a working GB10 cluster needs (field notes): host network (Ray, NCCL and vLLM bind the
 cluster address), host IPC (NCCL/shared memory), all GPUs, and when RDMA is configured the

@@ -8,7 +8,7 @@ NodeStep, whose lifecycle is:
   the value of `state_key` it printed (`expected`), plus a fresh `generation`;
 - read runs the step's `read` command (on `read_node`) and records what the node shows
   now (`observed`); nothing on the node changes;
-- diff replaces the step when what defines it changed (`create`, `read`, `triggers`, the
+- diff replaces the step when what defines it changed (`create`, `stdin`, `triggers`, the
   node) or when the last read found the node no longer as the step left it (`observed` !=
   `expected`); a new SSH key or user changes nothing (they are not inputs: the key is read
   from the workstation's identity file at call time);
@@ -34,9 +34,10 @@ from sparkvllm.remote import ConnectionFiles, SshTarget, run_ssh
 from sparkvllm.specs.commands import CommandSpec, parse_kv
 from sparkvllm.specs.health import last_json
 
-# What defines a step: a change re-runs it.
-_DEFINING = ("create", "read", "read_stdin", "stdin", "stdin_identity", "state_key", "triggers",
-             "host", "port", "read_host", "read_port")  # fmt: skip
+# What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
+# not: a new read command changes no plan, and is recorded when the step next runs.
+_DEFINING = ("create", "stdin", "stdin_identity", "state_key", "triggers", "host", "port",
+             "read_host", "read_port")  # fmt: skip
 
 
 @dataclass(frozen=True)

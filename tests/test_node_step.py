@@ -64,7 +64,7 @@ def test_diff(olds: dict[str, Any], news: dict[str, Any], replaces: list[str]) -
             "waiting\n" + '{"node_ids": ["b", "a"], "complete": true}',
             "json:node_ids",
             '["a", "b"]',
-        ),  # fmt: skip
+        ),
         ("", "json:node_ids", '""'),
         ("nothing", "fingerprint", ""),
     ],

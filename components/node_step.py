@@ -87,8 +87,10 @@ def _run(
     reach = _reach(props, prefix)
     if props.get("stdin_identity") and stdin is None and not prefix:
         stdin = Path(reach.identity_file).expanduser().read_text()
+    # A wait budget is passed at run time ($WAIT_S), so a new budget is not a new step.
+    env = f"WAIT_S={int(props['wait_s'])} " if props.get("wait_s") and not prefix else ""
     result = run_ssh(
-        reach.target(), f"bash -c {shlex.quote(command)}", stdin=stdin, timeout=timeout
+        reach.target(), f"{env}bash -c {shlex.quote(command)}", stdin=stdin, timeout=timeout
     )
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
@@ -156,6 +158,7 @@ class NodeStep(Resource):
             "read_stdin": spec.read_stdin,
             "state_key": spec.state_key,
             "timeout_s": spec.timeout_s,
+            "wait_s": spec.wait_s,
             "triggers": triggers or [],
             "identity_file": reach.identity_file,
             "host": reach.host, "port": reach.port, "user": reach.user,

@@ -127,9 +127,13 @@ class FakeDocker(DockerProvider):
         self.node.calls.append(f"docker run {inputs['name']} {inputs['image']}")
         self.node.containers[cid] = {
             "Id": cid, "Name": f"/{inputs['name']}", "Image": inputs["image"],
-            "Config": {"Cmd": inputs.get("command") or [], "Image": inputs["image"]},
-            "HostConfig": {"NetworkMode": inputs.get("networkMode", "bridge"), "IpcMode": "private",
-                           "RestartPolicy": {"Name": inputs.get("restart")}},
+            "Config": {"Cmd": inputs.get("command") or [], "Image": inputs["image"],
+                       "Entrypoint": inputs.get("entrypoints")},
+            "HostConfig": {"NetworkMode": inputs.get("networkMode", "bridge"),
+                           "IpcMode": inputs.get("ipcMode", "private"),
+                           "PidMode": inputs.get("pidMode", ""),
+                           "RestartPolicy": {"Name": inputs.get("restart"),
+                                             "MaximumRetryCount": inputs.get("maxRetryCount", 0)}},
             "State": {"Running": False, "ExitCode": 0},
         }  # fmt: skip
         return cid

@@ -39,6 +39,8 @@ class CommandSpec:
     read_stdin: str | None = None
     read_node: str | None = None
     state_key: str | None = None
+    # A wait budget the command reads from $WAIT_S at run time (not part of the command).
+    wait_s: int | None = None
 
     @property
     def shell_command(self) -> str:
@@ -241,6 +243,7 @@ def _probe_loop(
     on_fail_logs_of: str | None = None,
     on_success: str = "",
     settle_s: int = 0,
+    budget_from_env: bool = False,
 ) -> str:
     """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
 
@@ -250,11 +253,14 @@ def _probe_loop(
     """
     argv = " ".join(shlex.quote(a) for a in args)
     logs = on_fail_logs_of or container
+    # With `budget_from_env`, the bound comes from $WAIT_S at run time (NodeStep passes it),
+    # so a new budget is not a new command.
+    budget = "${WAIT_S:?the wait budget}" if budget_from_env else str(timeout_s)
     return "\n".join(
         [
             "set -uo pipefail",
             'probe=$(mktemp); trap \'rm -f "$probe"\' EXIT; cat > "$probe"',
-            f"deadline=$((SECONDS + {timeout_s})); next=$((SECONDS + 30))",
+            f"budget={budget}; deadline=$((SECONDS + budget)); next=$((SECONDS + 30))",
             "while :; do",
             (
                 f'  state=$(docker inspect -f "{{{{.State.Status}}}}" {container} 2>/dev/null'
@@ -279,7 +285,7 @@ def _probe_loop(
             "  fi",
             "  if [ $SECONDS -ge $deadline ]; then",
             (
-                f'    echo {shlex.quote(f"{what}: not ready after {timeout_s}s")} "; last answer:'
+                f'    echo {shlex.quote(f"{what}: not ready after")} "${{budget}}s; last answer:'
                 ' $out; last logs:" >&2'
             ),
             f"    docker logs --tail 40 {logs} >&2 2>&1 || true",
@@ -335,6 +341,7 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
             args=[ips, str(cfg.total_gpus)],
             timeout_s=cfg.timeouts.ray_ready_s,
             what="ray cluster",
+            budget_from_env=True,
             # A raylet that died (a replaced or restarted Ray container) still counts as
             # alive until the GCS misses its health checks (about 20 s with Ray's
             # defaults), and its replacement registers a few seconds after its container
@@ -343,6 +350,7 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
         ),
         stdin=script("ray_members"),
         timeout_s=cfg.timeouts.ray_ready_s + 120,
+        wait_s=cfg.timeouts.ray_ready_s,
         # Read back: the raylets Ray reports now, by ID (a restarted head or node has new
         # ones, and vLLM's Ray workers died with the old ones).
         read=f"docker exec -i {name} python3 - {shlex.quote(ips)} {cfg.total_gpus} || true",

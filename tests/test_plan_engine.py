@@ -1,0 +1,182 @@
+"""Preview tells the truth, and a change costs only what it must: the real program run
+through the local engine against in-memory nodes (what a healthy GB10 node prints, from
+tests/pulumi_mocks.py). For each change: `up` the base config, `preview` the changed one,
+`up` it, and compare: the preview's plan must equal what `up` did, and only the listed
+resources may change."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.node_step import state_value
+from localengine.operations import Result, run
+from localengine.providers.base import Provider
+from localengine.providers.dynamic import DynamicProvider
+from sparkvllm.config import load_stack_config
+from tests.conftest import ROOT, TEST_PRIVATE_KEY
+from tests.pulumi_mocks import NodeAnswers
+from tests.test_localengine import FakeCommand, FakeDocker, Node
+
+
+class AnswerCommand(FakeCommand):
+    """pulumi-command on a healthy node: stdout by resource name."""
+
+    def __init__(self, node: Node, answers: NodeAnswers):
+        super().__init__(node)
+        self.answers = answers
+
+    def create(self, typ: str, name: str, inputs: dict[str, Any], preview: bool) -> Any:
+        id_, outs = super().create(typ, name, inputs, preview)
+        if not preview:
+            outs = {**outs, "stdout": self.answers.stdout_for(name)}
+        return id_, outs
+
+    def update(self, typ: str, name: str, id_: str, olds: Any, news: Any, preview: bool) -> Any:
+        outs = super().update(typ, name, id_, olds, news, preview)
+        return outs if preview else {**outs, "stdout": self.answers.stdout_for(name)}
+
+
+class AnswerStep(DynamicProvider):
+    """NodeSteps on a healthy node: create prints the node's answer; reads see it as left.
+    (Check and diff are the real ones.)"""
+
+    def __init__(self, node: Node, answers: NodeAnswers):
+        self.node, self.answers = node, answers
+
+    def create(self, typ: str, name: str, inputs: dict[str, Any], preview: bool) -> Any:
+        if preview:
+            return "", dict(inputs)
+        self.node.calls.append(f"step {name}")
+        stdout = self.answers.stdout_for(name)
+        value = state_value(stdout, str(inputs["state_key"]))
+        outs = {**inputs, "stdout": stdout, "expected": value, "observed": value,
+                "generation": uuid.uuid4().hex[:16]}  # fmt: skip
+        return f"{name}-1", outs
+
+    def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        self.node.calls.append(f"undo {id_}")
+
+
+@pytest.fixture
+def base(spark_raw: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    raw = copy.deepcopy(spark_raw)
+    key = tmp_path / "id_test"
+    key.write_text(TEST_PRIVATE_KEY)
+    raw.pop("ssh_private_key")
+    raw["ssh_private_key_file"] = str(key)
+    raw["vllm"]["speculative_config"] = {"method": "mtp", "num_speculative_tokens": 1}
+    return raw
+
+
+class Stack:
+    def __init__(self, backend: Path, monkeypatch: pytest.MonkeyPatch):
+        monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{backend}")
+        self.node = Node()
+        self.answers: NodeAnswers | None = None
+
+    def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider:
+        assert self.answers is not None
+        if pkg == "command":
+            return AnswerCommand(self.node, self.answers)
+        if pkg == "docker":
+            return FakeDocker(self.node, inputs)
+        return AnswerStep(self.node, self.answers)
+
+    def run(self, operation: str, raw: dict[str, Any]) -> Result:
+        self.answers = NodeAnswers(load_stack_config(raw))
+        self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
+        result = run(operation, "spark", ROOT, config=raw, refresh=False,
+                     provider_factory=self.factory, log=lambda _m: None)  # fmt: skip
+        assert not result.error, result.error
+        return result
+
+
+def changed(result: Result) -> dict[str, str]:
+    return {s.name: s.op for s in result.steps if s.op != "same"}
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        *parents, leaf = path.split(".")
+        d = raw
+        for p in parents:
+            d = d[p]
+        d[leaf] = value
+
+    return change
+
+
+def _rotate_key(raw: dict[str, Any]) -> None:
+    Path(raw["ssh_private_key_file"]).write_text(TEST_PRIVATE_KEY.replace("7f3a", "0b2c"))
+
+
+def _reverse(path: str) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        if path == "nodes":
+            raw["nodes"] = list(reversed(raw["nodes"]))
+        else:
+            for node in raw["nodes"]:
+                node["cluster_link"]["roce_hcas"] = list(
+                    reversed(node["cluster_link"]["roce_hcas"])
+                )
+        # nothing else
+
+    return change
+
+
+def _reorder_speculative(raw: dict[str, Any]) -> None:
+    raw["vllm"]["speculative_config"] = {"num_speculative_tokens": 1, "method": "mtp"}
+
+
+SERVER = {"model-server-container", "model-server-health"}
+COMMANDS_OF_KEY = {f"{n}-{k}" for n in ("spark-1", "spark-2") for k in ("facts", "links")} | {
+    "image-support-spark-1", "image-versions-spark-1", "image-versions-spark-2",
+    "model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2",
+}  # fmt: skip
+
+CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
+    # A new key reaches the pulumi-command steps (their connection); no node step re-runs
+    # and no container is replaced.
+    ("ssh key rotation", _rotate_key, COMMANDS_OF_KEY | {"model-server-health"}),
+    ("served_name", _set("model.served_name", "qwen"), SERVER),
+    (
+        "max_model_len",
+        _set("vllm.max_model_len", 4096),
+        SERVER | {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"},
+    ),
+    # The healthcheck's start period is an in-place update (the provider records it; the
+    # live container keeps running); the readiness wait runs again.
+    (
+        "server_ready_s",
+        _set("timeouts.server_ready_s", 3000),
+        {"model-server-health", "model-server-container"},
+    ),
+    ("ray_ready_s", _set("timeouts.ray_ready_s", 900), set()),
+    ("speculative_config order", _reorder_speculative, set()),
+    ("roce_hcas order", _reverse("roce_hcas"), set()),
+]
+
+
+@pytest.mark.parametrize(("change", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_preview_equals_up_and_only_what_must_change_changes(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[dict[str, Any]], None], expected: set[str],
+) -> None:  # fmt: skip
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    stack.run("up", base)
+    assert changed(stack.run("up", base)) == {}, "a second up is a no-op"
+    after = copy.deepcopy(base)
+    change(after)
+    plan = changed(stack.run("preview", after))
+    done = changed(stack.run("up", after))
+    assert plan == done, "preview shows what up does"
+    assert set(done) <= expected, set(done) - expected
+    replaced = {n for n, op in done.items() if n.endswith("-container") and op != "update"}
+    assert replaced <= SERVER if expected & SERVER == SERVER else not replaced, replaced
+    assert changed(stack.run("up", after)) == {}

@@ -61,9 +61,9 @@ def restart_node(d: SimDeployment) -> None:
 FAULTS: dict[str, Callable[[SimDeployment], object]] = {
     "worker container removed": lambda d: on(d, WORKER, f"docker rm -f {RAY_WORKER}"),
     "model server container stopped": lambda d: on(d, HEAD, f"docker stop {SERVER}"),
-    "model server hung": lambda d: on(
-        d, HEAD, f"kill -STOP $(docker inspect -f '{{{{.State.Pid}}}}' {SERVER})"
-    ),
+    # The API server process frozen (its container still runs, /health never answers).
+    # The containers share the node's PID namespace, so the node sees the process.
+    "model server hung": lambda d: on(d, HEAD, "pkill -STOP -f '/bin/[v]llm serve'"),
     "ray head container restarted": lambda d: on(d, HEAD, f"docker restart {RAY_HEAD}"),
     "worker node restarted": restart_node,
     "image removed from a worker": lambda d: on(d, WORKER, f"docker rmi -f {REF} >/dev/null"),

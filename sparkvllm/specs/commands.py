@@ -361,25 +361,27 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
 
 def server_guard(cfg: StackConfig, stack: str) -> CommandSpec:
     """The model server's liveness, read back by refresh: `health=ok` while its container
-    runs and Docker's healthcheck (vLLM /health) is healthy or still starting; anything
-    else (stopped, unhealthy: a hung engine) reads `health=bad`, which replaces the guard
-    and, through its generation label, the server container."""
+    runs and /health answers, or while it is still loading (it has not yet logged that its
+    API server started: the readiness wait bounds that); `health=bad` when it stopped, or
+    when it once served and /health no longer answers (a hung engine or API server). A bad
+    reading replaces the guard and, through its generation label, the server container."""
     name = container_name(stack, "model-server")
-    fmt = shlex.quote("{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}")
     probe = shlex.quote(
         "import urllib.request as u; "
         f"u.urlopen('http://127.0.0.1:{cfg.ports.api}/health', timeout=10)"
     )
     read = "\n".join(
         [
-            f"s=$(docker inspect -f {fmt} {name} 2>/dev/null || echo absent)",
+            f"s=$(docker inspect -f '{{{{.State.Status}}}}' {name} 2>/dev/null || echo absent)",
             'case "$s" in',
-            # No container: the docker resource's own read reports it. Still loading: fine.
-            '  absent|"running starting") echo health=ok;;',
-            (
-                f"  running*) if timeout 20 docker exec {name} python3 -c {probe} >/dev/null 2>&1;"
-                " then echo health=ok; else echo health=bad; fi;;"
-            ),
+            # No container: the docker resource's own read reports it.
+            "  absent) echo health=ok;;",
+            "  running)",
+            f"    if timeout 20 docker exec {name} python3 -c {probe} >/dev/null 2>&1; then",
+            "      echo health=ok",
+            f"    elif docker logs {name} 2>&1 | grep -q 'Application startup complete'; then",
+            "      echo health=bad",
+            "    else echo health=ok; fi;;",
             "  *) echo health=bad;;",
             "esac",
         ]

@@ -95,6 +95,7 @@ def run(
     log: Callable[[str], None] = print,
     provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
     config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
 ) -> Result:
     """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
     `pulumi config set`)."""
@@ -122,7 +123,7 @@ def run(
                 if do_refresh:
                     deployment.refresh()
                 try:
-                    run_program(project_dir, stack, deployment, config)
+                    run_program(project_dir, stack, deployment, config, secret_keys)
                 except BaseException as e:  # the program's or a step's error
                     deployment.halt(str(e))
                     raise

@@ -28,10 +28,14 @@ def project_file(project_dir: Path) -> dict[str, Any]:
 
 
 def stack_config(
-    project_dir: Path, stack: str, config: dict[str, Any] | None = None
+    project_dir: Path,
+    stack: str,
+    config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
 ) -> tuple[dict[str, str], list[str]]:
     """The config the program gets: Pulumi.<stack>.yaml's `config:`, or `config` (keys
-    with or without the project namespace) as `pulumi config set` would have set it."""
+    with or without the project namespace) as `pulumi config set` would have set it, the
+    keys in `secret_keys` as with `--secret`."""
     if config is None:
         path = project_dir / f"Pulumi.{stack}.yaml"
         if not path.exists():
@@ -49,14 +53,19 @@ def stack_config(
                 "(e.g. ssh_private_key_file)"
             )
         values[full] = value if isinstance(value, str) else json.dumps(value)
-    return values, []
+    secrets = [k if ":" in k else f"{PROJECT}:{k}" for k in secret_keys or []]
+    return values, secrets
 
 
 def run_program(
-    project_dir: Path, stack: str, deployment: Deployment, config: dict[str, Any] | None = None
+    project_dir: Path,
+    stack: str,
+    deployment: Deployment,
+    config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
 ) -> None:
     """Run `__main__.py` with every registration going to `deployment`."""
-    values, secret_keys = stack_config(project_dir, stack, config)
+    values, secret_keys = stack_config(project_dir, stack, config, secret_keys)
     pulumi.runtime.set_all_config(values, secret_keys)
     runtime_settings.ROOT.set(None)  # a fresh root stack resource for this run
     monitor = EngineMonitor(deployment)

@@ -71,6 +71,7 @@ def base(spark_raw: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
     raw.pop("ssh_private_key")
     raw["ssh_private_key_file"] = str(key)
     raw["vllm"]["speculative_config"] = {"method": "mtp", "num_speculative_tokens": 1}
+    raw["api_key"] = "sk-first-1"
     return raw
 
 
@@ -91,7 +92,8 @@ class Stack:
     def run(self, operation: str, raw: dict[str, Any]) -> Result:
         self.answers = NodeAnswers(load_stack_config(raw))
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
-        result = run(operation, "spark", ROOT, config=raw, refresh=False,
+        secret = ["api_key"] if "api_key" in raw else []
+        result = run(operation, "spark", ROOT, config=raw, refresh=False, secret_keys=secret,
                      provider_factory=self.factory, log=lambda _m: None)  # fmt: skip
         assert not result.error, result.error
         return result
@@ -135,6 +137,10 @@ def _reorder_speculative(raw: dict[str, Any]) -> None:
 
 
 SERVER = {"model-server-container", "model-server-health"}
+DROPS = {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"}
+WEIGHTS = {"model-download-spark-1", "model-sync-spark-2"}
+IMAGE = {"image-obtain-spark-1", "image-sync-spark-2", "image-support-spark-1",
+         "image-versions-spark-1", "image-versions-spark-2"}  # fmt: skip
 COMMANDS_OF_KEY = {f"{n}-{k}" for n in ("spark-1", "spark-2") for k in ("facts", "links")} | {
     "image-support-spark-1", "image-versions-spark-1", "image-versions-spark-2",
     "model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2",
@@ -158,6 +164,28 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
         {"model-server-health", "model-server-container"},
     ),
     ("ray_ready_s", _set("timeouts.ray_ready_s", 900), set()),
+    ("gpu_memory_utilization", _set("vllm.gpu_memory_utilization", 0.7), SERVER | DROPS),
+    ("an extra vLLM argument", _set("vllm.extra_args", ["--max-num-seqs", "8"]), SERVER | DROPS),
+    ("the API key", _set("api_key", "sk-rotated-2"), SERVER),
+    ("node list order", _reverse("nodes"), set()),
+    # The weights steps and the (read-only) check that the image implements the model's
+    # architectures, then the server (its command names the revision).
+    ("model revision", _set("model.revision", "r2"), WEIGHTS | SERVER | {"image-support-spark-1"}),
+    # The image steps and their checks, then every container, in order.
+    (
+        "image tag",
+        _set("image.ref", "hellohal2064/vllm-qwen3.5-gb10:v2"),
+        IMAGE
+        | WEIGHTS
+        | SERVER
+        | DROPS
+        | {
+            "ray-head-container",
+            "ray-worker-spark-2-container",
+            "model-server-ray-ready",
+            "model-server-guard",
+        },
+    ),
     ("speculative_config order", _reorder_speculative, set()),
     ("roce_hcas order", _reverse("roce_hcas"), set()),
 ]
@@ -177,6 +205,7 @@ def test_preview_equals_up_and_only_what_must_change_changes(
     done = changed(stack.run("up", after))
     assert plan == done, "preview shows what up does"
     assert set(done) <= expected, set(done) - expected
+    containers = {n for n in expected if n.endswith("-container")}
     replaced = {n for n, op in done.items() if n.endswith("-container") and op != "update"}
-    assert replaced <= SERVER if expected & SERVER == SERVER else not replaced, replaced
+    assert replaced <= containers if expected & SERVER == SERVER else not replaced, replaced
     assert changed(stack.run("up", after)) == {}

@@ -331,7 +331,8 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
     JSON (nodes, gpus, missing, unexpected).
     """
     head = cfg.head_node.name
-    ips = ",".join(str(n.cluster_link.address) for n in cfg.nodes)
+    # Sorted: the order of the node list is not a change.
+    ips = ",".join(sorted(str(n.cluster_link.address) for n in cfg.nodes))
     name = container_name(stack, "ray-head")
     return CommandSpec(
         name=f"ray-ready-{head}",

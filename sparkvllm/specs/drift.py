@@ -110,7 +110,8 @@ def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
 
 def ray_probe(cfg: StackConfig, stack: str) -> tuple[str, str]:
     """(command, stdin) that asks Ray, inside the head container, who is in the cluster."""
-    ips = ",".join(str(n.cluster_link.address) for n in cfg.nodes)
+    # Sorted: the order of the node list is not a change.
+    ips = ",".join(sorted(str(n.cluster_link.address) for n in cfg.nodes))
     name = containers.container_name(stack, "ray-head")
     return f"docker exec -i {name} python3 - {ips} {cfg.total_gpus}", script("ray_members")
 

@@ -69,7 +69,10 @@ class GB10Node(pulumi.ComponentResource):
             f"{name}-docker",
             host=docker_host(node),
             ssh_opts=docker_ssh_opts(
-                node, access.identity_ref, access.known_hosts_ref, access.control_dir_ref
+                node,
+                access.identity_ref,
+                access.node_known_hosts_ref(node.name),
+                access.control_dir_ref,
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -38,6 +38,11 @@ class SshAccess:
     known_hosts_ref: str = ""
     control_dir_ref: str = ""
 
+    def node_known_hosts_ref(self, node: str) -> str:
+        """The node's own known_hosts file: it outlives the node's place in the config, so
+        a later run can still reach the node to delete what the stack made there."""
+        return f"{self.control_dir_ref}/known_hosts.{node}"
+
 
 def workstation_versions() -> dict[str, str]:
     """Python and Ray versions of the interpreter running the program ("" if no ray),
@@ -149,6 +154,9 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
     kh = d / "known_hosts"
     present = {k: v for k, v in host_keys.items() if v is not None}
     _write_private(kh, known_hosts(cfg.nodes, present))
+    for n in cfg.nodes:
+        if n.name in present:
+            _write_private(d / f"known_hosts.{n.name}", known_hosts([n], present))
     ref = state_dir_ref(stack)
     return SshAccess(
         identity_file=str(identity),

@@ -47,6 +47,7 @@ def test_tp2_answer_equals_tp1_and_destroy_leaves_nodes_clean(
     sim_log(f"phase: TP=2 -> TP=1 (engine up) {time.monotonic() - started:.1f}s")
     assert not tp1.error, tp1.error
     assert tp1.counts["delete"] >= 3  # the worker's node, its container and its steps
+    cfg, access = stack.load()  # the workstation's files for both nodes again
     assert stack.our_containers(cfg, access, "spark-2") == []
     tp1_answer = sim_complete(tp1.outputs["endpoint"])
     sim_log(f"TP=1 vs TP=2 for {SIM_PROMPT!r}: {tp1_answer!r} vs {tp2_answer!r}")

@@ -26,16 +26,15 @@ from sparkvllm.specs.ssh import known_hosts
 class SshAccess:
     """What the components need to reach the nodes. `private_key` is secret material.
 
-    `identity_ref` / `known_hosts_ref` / `control_dir_ref` name the same files as resource
-    inputs do: under `~` (which ssh expands itself) when the state directory is the default
-    one, so no input depends on who runs the program or where the checkout is."""
+    `identity_ref`, `node_known_hosts_ref(node)` and `control_dir_ref` name the same files
+    as resource inputs do: under `~` (which ssh expands itself) when the state directory is
+    the default one, so no input depends on who runs the program or where the checkout is."""
 
     identity_file: str
     known_hosts_file: str
     host_keys: dict[str, str | None]
     private_key: str = field(repr=False)
     identity_ref: str = ""
-    known_hosts_ref: str = ""
     control_dir_ref: str = ""
 
     def node_known_hosts_ref(self, node: str) -> str:
@@ -164,7 +163,6 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         host_keys=host_keys,
         private_key=private_key,
         identity_ref=f"{ref}/id",
-        known_hosts_ref=f"{ref}/known_hosts",
         control_dir_ref=ref,
     )
 

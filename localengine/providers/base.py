@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from localengine import wire
-from sparkvllm.remote import SshTarget
 
 # The side-effect seam: run a shell command on a node over ssh (stdin optional), return the
 # completed process. sparkvllm.remote.run_ssh in real use; a recording fake in tests.
@@ -80,7 +79,3 @@ def refuse_unknown_inputs(typ: str, name: str, inputs: dict[str, Any], known: se
             f"{name}: the local engine does not model {typ} input(s) {unknown}; "
             "fix: drop them or add them to the provider model with their source rule"
         )
-
-
-def ssh_target(user: str, host: str, port: int, options: list[str]) -> SshTarget:
-    return SshTarget(user, host, port, tuple(options))

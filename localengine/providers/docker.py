@@ -38,7 +38,6 @@ from localengine.providers.base import (
     ReadResult,
     Transport,
     refuse_unknown_inputs,
-    ssh_target,
 )
 from sparkvllm.remote import SshTarget
 
@@ -316,7 +315,7 @@ def _target(provider_inputs: dict[str, Any]) -> SshTarget:
     opts = wire.plain(provider_inputs.get("sshOpts")) or []
     if isinstance(opts, str):  # provider config crosses the wire as a JSON string
         opts = json.loads(opts)
-    return ssh_target(user or "root", hostname, int(port or 22), [str(o) for o in opts])
+    return SshTarget(user or "root", hostname, int(port or 22), tuple(str(o) for o in opts))
 
 
 def go_duration_ns(ns: int) -> str:

@@ -23,16 +23,17 @@ from __future__ import annotations
 import json
 import shlex
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
 
-from sparkvllm.remote import ConnectionFiles, SshTarget, run_ssh
+from sparkvllm.remote import ConnectionFiles, run_ssh
 from sparkvllm.specs.commands import CommandSpec, parse_kv
 from sparkvllm.specs.health import last_json
+from sparkvllm.specs.ssh import SshTarget
 
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
 # not: a new read command changes no plan, and is recorded when the step next runs.
@@ -54,8 +55,8 @@ class Reach:
         base = _FILES.target(
             {"host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key}
         )
-        identity = ("-i", str(Path(self.identity_file).expanduser()))
-        return SshTarget(base.user, base.host, base.port, (*identity, *base.options))
+        identity = str(Path(self.identity_file).expanduser())
+        return replace(base, options=replace(base.options, identity=identity))
 
 
 # Host keys as known_hosts files in a private temp directory of this process.

@@ -29,6 +29,7 @@ from sim.settings import (
     gateway_address,
     node_specs,
 )
+from sparkvllm.specs.ssh import SshOptions, SshTarget
 
 DOCKER = "docker"
 NODE_LABEL = f"{LABEL}.node"
@@ -106,13 +107,11 @@ def node_run_argv(
 
 def ssh_argv(paths: StatePaths, address: str, *command: str) -> list[str]:
     """ssh from the host to a node with the simulation's key and known_hosts."""
-    return [
-        "ssh", "-i", str(paths.client_key),
-        "-o", f"UserKnownHostsFile={paths.known_hosts}",
-        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-        "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
-        "-p", str(SSH_PORT), f"{SSH_USER}@{address}", *command,
-    ]  # fmt: skip
+    options = SshOptions(
+        identity=str(paths.client_key), known_hosts=str(paths.known_hosts),
+        connect_timeout_s=5, server_alive_s=None, server_alive_count=None, log_level="ERROR",
+    )  # fmt: skip
+    return [*SshTarget(SSH_USER, address, SSH_PORT, options).argv(), *command]
 
 
 def nodes_json(nodes: list[NodeSpec], host_keys: dict[str, str]) -> list[dict[str, object]]:

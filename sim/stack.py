@@ -20,10 +20,11 @@ from sim.cluster import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, StatePaths
-from sparkvllm import remote
 from sparkvllm.config import StackConfig, load_stack_config
-from sparkvllm.remote import SshTarget, run_ssh
+from sparkvllm.remote import run_ssh
+from sparkvllm.specs import ssh
 from sparkvllm.specs.containers import LABEL_PREFIX
+from sparkvllm.specs.ssh import SshTarget
 from sparkvllm.workstation import SshAccess, prepare_ssh_access, stack_file_config
 
 STACK = "sim"
@@ -61,7 +62,7 @@ def has_state() -> bool:
 
 def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
     node = next(n for n in cfg.nodes if n.name == name)
-    return remote.node_target(node, access.identity_file, access.known_hosts_file)
+    return ssh.node_target(node, access.identity_file, access.known_hosts_file)
 
 
 def run_on(

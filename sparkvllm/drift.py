@@ -27,8 +27,9 @@ from sparkvllm.config import (
     load_stack_config,
     parse_pulumi_config,
 )
-from sparkvllm.remote import node_target, run_ssh
+from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift
+from sparkvllm.specs.ssh import node_target
 from sparkvllm.workstation import SshAccess, prepare_ssh_access, stack_file_config
 
 ROOT = Path(__file__).resolve().parent.parent

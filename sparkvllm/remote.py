@@ -17,39 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkvllm.config import NodeConfig
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """How to reach a node: user, host, port and the `ssh` options."""
-
-    user: str
-    host: str
-    port: int
-    options: tuple[str, ...]
-
-    def argv(self, remote_command: str) -> list[str]:
-        return [
-            "ssh",
-            *self.options,
-            "-p",
-            str(self.port),
-            f"{self.user}@{self.host}",
-            remote_command,
-        ]
-
-
-def node_target(node: NodeConfig, identity_file: str, known_hosts_file: str) -> SshTarget:
-    """ssh to `node` the way the docker provider does (same key and host-key policy)."""
-    opts = ["-i", identity_file, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15",
-            "-o", "ServerAliveCountMax=4"]  # fmt: skip
-    if node.ssh.verify_host_key:
-        opts += ["-o", f"UserKnownHostsFile={known_hosts_file}", "-o", "StrictHostKeyChecking=yes"]
-    else:
-        opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
-    return SshTarget(node.ssh.user, node.ssh.host, node.ssh.port, tuple(opts))
+from sparkvllm.specs.ssh import SshOptions, SshTarget, known_hosts_line
 
 
 @dataclass
@@ -66,22 +34,20 @@ class ConnectionFiles:
         host, user = str(conn["host"]), str(conn.get("user") or "root")
         port = int(conn.get("port") or 22)
         key_text = str(conn.get("privateKey") or "")
-        opts = ["-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={int(conn.get('perDialTimeout') or 15)}",
-                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]  # fmt: skip
+        identity = None
         if key_text:
             key = self.directory / f"key-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
             self._write(key, key_text if key_text.endswith("\n") else key_text + "\n")
-            opts = ["-i", str(key), *opts]
+            identity = str(key)
+        known = None
         if conn.get("hostKey"):
-            line_host = host if port == 22 else f"[{host}]:{port}"
-            line = f"{line_host} {conn['hostKey']}\n"
+            line = f"{known_hosts_line(host, port, str(conn['hostKey']))}\n"
             kh = self.directory / f"known_hosts-{hashlib.sha256(line.encode()).hexdigest()[:16]}"
             self._write(kh, line)
-            opts += ["-o", f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes"]
-        else:
-            opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
-        return SshTarget(user, host, port, tuple(opts))
+            known = str(kh)
+        timeout = int(conn.get("perDialTimeout") or 15)
+        options = SshOptions(identity=identity, known_hosts=known, connect_timeout_s=timeout)
+        return SshTarget(user, host, port, options)
 
     def _write(self, path: Path, text: str) -> None:
         with self._lock:

@@ -202,7 +202,7 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
     target = cfg.nodes[1]
     spec = commands.image_sync(cfg, target, target.ssh.host_key)
     assert spec.node == "spark-1" and spec.stdin_secret == "ssh_private_key"
-    assert "aurora@192.168.100.11" in spec.create  # the cluster address, not the LAN
+    assert "-l aurora -- 192.168.100.11" in spec.create  # the cluster address, not the LAN
     assert "StrictHostKeyChecking=yes" in spec.create
     assert "192.168.100.11 ssh-ed25519 AAAA" in spec.create
     assert "docker save hellohal2064/vllm-qwen3.5-gb10:latest | remote docker load" in spec.create
@@ -210,9 +210,13 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
     assert "PRIVATE KEY" not in spec.create
 
 
-def test_sync_without_host_key_verification_is_explicit(cfg: StackConfig) -> None:
+def test_sync_without_host_key_verification_is_explicit(spark_raw: dict[str, Any]) -> None:
+    spark_raw["nodes"][1]["ssh"] = {"host": "10.1.230.181", "user": "aurora",
+                                    "verify_host_key": False}  # fmt: skip
+    cfg = load_stack_config(spark_raw)
     spec = commands.image_sync(cfg, cfg.nodes[1], None)
     assert "StrictHostKeyChecking=no" in spec.create
+    assert "StrictHostKeyChecking=yes" not in spec.create
 
 
 def test_fingerprint_script_is_storage_independent_and_empty_when_absent() -> None:
@@ -404,7 +408,7 @@ def test_weights_commands(cfg: StackConfig) -> None:
         "tar -C /home/aurora/.cache/huggingface/hub -cf - models--Qwen--Qwen3.5-122B-A10B-FP8"
         in sync.create
     )
-    assert "aurora@192.168.100.11" in sync.create
+    assert "-l aurora -- 192.168.100.11" in sync.create
 
 
 def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> None:

@@ -28,7 +28,8 @@ from localengine.providers.base import (
     Transport,
     refuse_unknown_inputs,
 )
-from sparkvllm.remote import ConnectionFiles, SshTarget
+from sparkvllm.remote import ConnectionFiles
+from sparkvllm.specs.ssh import SshTarget
 
 TYPE = "command:remote:Command"
 _INPUTS = {"connection", "create", "update", "delete", "stdin", "triggers",

@@ -39,7 +39,7 @@ from localengine.providers.base import (
     Transport,
     refuse_unknown_inputs,
 )
-from sparkvllm.remote import SshTarget
+from sparkvllm.specs.ssh import SshOptions, SshTarget
 
 PROVIDER = "pulumi:providers:docker"
 CONTAINER = "docker:index/container:Container"
@@ -315,7 +315,8 @@ def _target(provider_inputs: dict[str, Any]) -> SshTarget:
     opts = wire.plain(provider_inputs.get("sshOpts")) or []
     if isinstance(opts, str):  # provider config crosses the wire as a JSON string
         opts = json.loads(opts)
-    return SshTarget(user or "root", hostname, int(port or 22), tuple(str(o) for o in opts))
+    options = SshOptions(extra=tuple(str(o) for o in opts), as_given=True)
+    return SshTarget(user or "root", hostname.strip("[]"), int(port or 22), options)
 
 
 def go_duration_ns(ns: int) -> str:

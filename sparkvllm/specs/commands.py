@@ -18,7 +18,7 @@ from typing import Literal
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import script
 from sparkvllm.specs.containers import container_name
-from sparkvllm.specs.ssh import known_hosts_line
+from sparkvllm.specs.ssh import ShellVar, SshTarget, known_hosts_line, node_options
 
 
 @dataclass(frozen=True)
@@ -120,17 +120,10 @@ def fingerprint_read(ref: str) -> str:
     return f"echo fingerprint=$({fingerprint_script(ref)} || true)"
 
 
-def _ssh_to(node: NodeConfig, host_key: str | None) -> str:
+def _ssh_to(node: NodeConfig) -> str:
     """The ssh invocation from the head to `node` over the cluster link ($key, $kh set)."""
-    verify = (
-        '-o UserKnownHostsFile="$kh" -o StrictHostKeyChecking=yes'
-        if host_key is not None
-        else "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"
-    )
-    return (
-        f'ssh -i "$key" -o IdentitiesOnly=yes -o BatchMode=yes -o ConnectTimeout=15 {verify} '
-        f"-p {node.ssh.port} {shlex.quote(node.ssh.user)}@{node.cluster_link.address}"
-    )
+    options = node_options(node, ShellVar("key"), ShellVar("kh"))
+    return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
 
 
 def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> list[str]:
@@ -154,7 +147,7 @@ def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | No
         'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
         'cat > "$key"',
         f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
-        f'remote() {{ {_ssh_to(target, host_key)} "$@"; }}',
+        f'remote() {{ {_ssh_to(target)} "$@"; }}',
         f"remote true || {{ echo {shlex.quote(unreachable)} >&2; exit 1; }}",
     ]
 

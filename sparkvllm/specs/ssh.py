@@ -1,19 +1,147 @@
-"""SSH access: the docker provider's ssh:// host and options, known_hosts lines.
+"""Every ssh command line of the project, built in one place (as Ray's autoscaler builds
+its own with one `SSHOptions`): the workstation's ssh to a node (local engine, NodeSteps,
+drift check, sim helpers), the docker provider's `-o` options, and the head-to-worker hops
+that run inside a node's bash.
 
 pulumi-docker shells out to the workstation's `ssh` binary (`docker system dial-stdio` on
 the node), so it needs an identity FILE and a known_hosts FILE; pulumi-command uses Go's SSH
 library with the key and host key as values. Both verify the same configured host key.
+
+Safety: the destination is always `-p PORT -l USER -- HOST`: after `--` ssh reads no more
+options, so a host cannot become one, and the user is a separate argv word (the schema also
+refuses users and hosts that start with `-`). Every word of the shell form is quoted;
+only the paths the calling script holds in its own variables (`ShellVar`) expand.
 """
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass, field
+from ipaddress import IPv6Address, ip_address
+
 from sparkvllm.config import NodeConfig
+
+
+@dataclass(frozen=True)
+class ShellVar:
+    """A path held in a variable of the script an ssh line runs in (shell form only)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"not a shell variable name: {self.name!r}")
+
+
+PathRef = str | ShellVar
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How ssh authenticates and behaves; rendered as `-o Key=Value` words.
+
+    `known_hosts` None means the host key is not verified (the config's explicit opt-out).
+    `control_dir`: reuse one connection per node through a socket in that (0700) directory,
+    never the shared /tmp. `extra`: options a provider's config carries as given;
+    `as_given`: those and nothing else (the docker CLI adds none of its own).
+    """
+
+    identity: PathRef | None = None
+    known_hosts: PathRef | None = None
+    connect_timeout_s: int = 15
+    server_alive_s: int | None = 15
+    server_alive_count: int | None = 4
+    control_dir: str | None = None
+    log_level: str | None = None
+    extra: tuple[str, ...] = field(default=())
+    as_given: bool = False
+
+    def _words(self) -> list[tuple[PathRef, ...]]:
+        """Each argv word as parts (literal text and ShellVars)."""
+        if self.as_given:
+            return [(w,) for w in self.extra]
+        opts: list[tuple[PathRef, ...]] = []
+
+        def o(*parts: PathRef) -> None:
+            opts.extend([("-o",), parts])
+
+        if self.identity is not None:
+            o("IdentityFile=", self.identity)
+        o("IdentitiesOnly=yes")
+        o("BatchMode=yes")
+        o(f"ConnectTimeout={self.connect_timeout_s}")
+        if self.server_alive_s is not None:
+            o(f"ServerAliveInterval={self.server_alive_s}")
+        if self.server_alive_count is not None:
+            o(f"ServerAliveCountMax={self.server_alive_count}")
+        if self.control_dir is not None:
+            # The provider opens a new ssh for every API call, and bursts of connections
+            # get refused (kreuzwerker issue 262): one master connection serves them all.
+            o("ControlMaster=auto")
+            o(f"ControlPath={self.control_dir}/cm-%C")
+            o("ControlPersist=120")
+        if self.known_hosts is not None:
+            o("UserKnownHostsFile=", self.known_hosts)
+            o("StrictHostKeyChecking=yes")
+        else:
+            o("UserKnownHostsFile=/dev/null")
+            o("StrictHostKeyChecking=no")
+        if self.log_level is not None:
+            o(f"LogLevel={self.log_level}")
+        opts.extend((w,) for w in self.extra)
+        return opts
+
+    def argv(self) -> list[str]:
+        """The options as argv words (no shell variables allowed)."""
+        out = []
+        for parts in self._words():
+            if any(isinstance(p, ShellVar) for p in parts):
+                raise ValueError("an ssh option names a shell variable; use shell()")
+            out.append("".join(str(p) for p in parts))
+        return out
+
+    def shell(self) -> list[str]:
+        """The options as shell words: literals quoted, ShellVars as "$name"."""
+        return [_shell_word(parts) for parts in self._words()]
+
+
+def _shell_word(parts: tuple[PathRef, ...]) -> str:
+    return "".join(
+        f'"${p.name}"' if isinstance(p, ShellVar) else shlex.quote(p) if p else "" for p in parts
+    )
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """A node as ssh reaches it: user, host, port, and the options."""
+
+    user: str
+    host: str
+    port: int
+    options: SshOptions
+
+    def _destination(self) -> list[str]:
+        return ["-p", str(self.port), "-l", self.user, "--", self.host]
+
+    def argv(self, remote_command: str | None = None) -> list[str]:
+        """`ssh OPTIONS -p PORT -l USER -- HOST [COMMAND]` as argv."""
+        tail = [remote_command] if remote_command is not None else []
+        return ["ssh", *self.options.argv(), *self._destination(), *tail]
+
+    def shell(self) -> str:
+        """The same line for a bash script (a remote command is appended by the caller)."""
+        words = ["ssh", *self.options.shell(), *map(shlex.quote, self._destination())]
+        return " ".join(words)
+
+
+def known_hosts_host(host: str, port: int) -> str:
+    """The host field of a known_hosts line: `[host]:port` for non-22 ports and IPv6."""
+    return host if port == 22 else f"[{host}]:{port}"
 
 
 def known_hosts_line(host: str, port: int, host_key: str) -> str:
     """One known_hosts line; non-22 ports use the `[host]:port` form."""
-    target = host if port == 22 else f"[{host}]:{port}"
-    return f"{target} {host_key}"
+    return f"{known_hosts_host(host, port)} {host_key}"
 
 
 def known_hosts(nodes: list[NodeConfig], host_keys: dict[str, str]) -> str:
@@ -26,33 +154,50 @@ def known_hosts(nodes: list[NodeConfig], host_keys: dict[str, str]) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
+def url_host(host: str) -> str:
+    """`host` as it goes into a URL: IPv6 literals in brackets."""
+    try:
+        return f"[{host}]" if isinstance(ip_address(host), IPv6Address) else host
+    except ValueError:
+        return host
+
+
 def docker_host(node: NodeConfig) -> str:
-    return f"ssh://{node.ssh.user}@{node.ssh.host}:{node.ssh.port}"
+    return f"ssh://{node.ssh.user}@{url_host(node.ssh.host)}:{node.ssh.port}"
+
+
+def docker_ssh_options(
+    node: NodeConfig, identity_ref: str, known_hosts_ref: str, control_dir_ref: str
+) -> SshOptions:
+    """Options for the docker provider's ssh. The paths are given as the caller names them
+    (`~/...`: ssh expands `~` itself), so the provider's config is the same on every
+    workstation. The control socket lives in the stack's own 0700 directory."""
+    return SshOptions(
+        identity=identity_ref,
+        known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
+        server_alive_count=None,
+        control_dir=control_dir_ref,
+    )
 
 
 def docker_ssh_opts(
     node: NodeConfig, identity_ref: str, known_hosts_ref: str, control_dir_ref: str
 ) -> list[str]:
-    """Options for the docker provider's ssh (each `-o` its own argv word). The paths are
-    given as the caller names them (`~/...`: ssh expands `~` itself), so the provider's
-    config is the same on every workstation.
+    """The docker provider's `sshOpts` (each `-o` its own argv word)."""
+    return docker_ssh_options(node, identity_ref, known_hosts_ref, control_dir_ref).argv()
 
-    ControlMaster/ControlPersist reuse one connection: the provider opens a new ssh for
-    every API call, and bursts of connections get refused (kreuzwerker issue 262). The
-    control socket lives in the stack's own 0700 directory, not the shared /tmp.
-    """
-    opts = [
-        "-o", f"IdentityFile={identity_ref}",
-        "-o", "IdentitiesOnly=yes",
-        "-o", "BatchMode=yes",
-        "-o", "ConnectTimeout=15",
-        "-o", "ServerAliveInterval=15",
-        "-o", "ControlMaster=auto",
-        "-o", f"ControlPath={control_dir_ref}/cm-%C",
-        "-o", "ControlPersist=120",
-    ]  # fmt: skip
-    if node.ssh.verify_host_key:
-        opts += ["-o", f"UserKnownHostsFile={known_hosts_ref}", "-o", "StrictHostKeyChecking=yes"]
-    else:
-        opts += ["-o", "UserKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no"]
-    return opts
+
+def node_options(node: NodeConfig, identity: PathRef, known_hosts_ref: PathRef) -> SshOptions:
+    """The workstation's (or the head's) ssh to `node` with the stack's key and host-key
+    policy: the docker provider's options without connection sharing."""
+    return SshOptions(
+        identity=identity, known_hosts=known_hosts_ref if node.ssh.verify_host_key else None
+    )
+
+
+def node_target(node: NodeConfig, identity_file: str, known_hosts_file: str) -> SshTarget:
+    """ssh from the workstation to `node` (same key and host-key policy as the provider)."""
+    return SshTarget(
+        node.ssh.user, node.ssh.host, node.ssh.port,
+        node_options(node, identity_file, known_hosts_file),
+    )  # fmt: skip

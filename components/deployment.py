@@ -16,11 +16,13 @@ from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
-from sparkvllm.specs import versions
+from sparkvllm.specs import containers, versions
 from sparkvllm.workstation import SshAccess, workstation_versions
 
 
 def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
+    for warning in containers.exposure_warnings(cfg):
+        pulumi.log.warn(warning)
     private_key = pulumi.Output.secret(access.private_key)
     api_key = (
         pulumi.Output.secret(cfg.api_key.get_secret_value()) if cfg.api_key is not None else None
@@ -77,6 +79,7 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
         "health": server.health,
         "served_model": cfg.model.name_for_clients,
         "ray_dashboard": head.dashboard_url,
+        "ray_dashboard_tunnel": head.dashboard_tunnel,
         "ray_gcs_address": head.gcs_address,
         "image": {
             "ref": cfg.image.ref,

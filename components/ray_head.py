@@ -22,8 +22,9 @@ class RayHeadArgs:
 
 
 class RayHead(pulumi.ComponentResource):
-    """Outputs: `gcs_address` (host:port on the cluster link), `dashboard_url`,
-    `container_name`."""
+    """Outputs: `gcs_address` (host:port on the cluster link), `dashboard_url` (where the
+    dashboard listens), `dashboard_tunnel` (the ssh command that forwards local port
+    ports.ray_dashboard to it), `container_name`."""
 
     def __init__(self, name: str, args: RayHeadArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("sparkvllm:index:RayHead", name, None, opts)
@@ -43,9 +44,9 @@ class RayHead(pulumi.ComponentResource):
         self.gcs_address = pulumi.Output.from_input(
             f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
         )
-        self.dashboard_url = pulumi.Output.from_input(
-            f"http://{cfg.head_node.ssh.host}:{cfg.ports.ray_dashboard}"
-        )
+        url, tunnel = containers.dashboard_access(cfg)
+        self.dashboard_url = pulumi.Output.from_input(url)
+        self.dashboard_tunnel = pulumi.Output.from_input(tunnel)
         self.container_name = self.container.name
         self.register_outputs(
             {

@@ -10,6 +10,7 @@ found under --expect-no-changes.
 from __future__ import annotations
 
 import argparse
+import re
 import json
 import sys
 from pathlib import Path
@@ -21,10 +22,25 @@ EXIT_NO_CHANGES = 7
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+# pulumi pkg/backend/filestate/backend.go validateStackName (the local backend's rule).
+_STACK_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+
+
+def stack_name(text: str) -> str:
+    if not _STACK_NAME.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:100]!r}: stack names may only contain alphanumeric, hyphens, underscores, "
+            "or periods (at most 100)"
+        )
+    return text
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
     p.add_argument("operation", choices=["up", "preview", "refresh", "destroy"])
-    p.add_argument("--stack", "-s", default="sim", help="stack name (default: sim)")
+    p.add_argument(
+        "--stack", "-s", default="sim", type=stack_name, help="stack name (default: sim)"
+    )
     p.add_argument(
         "--refresh", action=argparse.BooleanOptionalAction, default=None,
         help="read every resource back first (default: Pulumi.yaml options.refresh)",

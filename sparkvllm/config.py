@@ -15,10 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, ip_address
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -32,6 +33,10 @@ from pydantic import (
     model_validator,
 )
 
+from sparkvllm.host_keys import FIX as HOST_KEY_FIX
+from sparkvllm.host_keys import HostKeyError, parse_host_key
+from sparkvllm.vllm_flags import extra_args_problems
+
 PROJECT = "spark-vllm"
 
 # Unified memory (GB10): cudaMemGetInfo ignores reclaimable page cache, and an OOM can
@@ -39,9 +44,116 @@ PROJECT = "spark-vllm"
 MAX_UNIFIED_MEMORY_UTILIZATION = 0.9
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
-_NETDEV = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
-_HOST_KEY = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/=]+$")
-_FLAG = re.compile(r"^--[a-z0-9][a-z0-9-]*")
+# Linux interface names: 1-15 chars, no '/', ':' or whitespace (dev_valid_name); a leading
+# '-' would read as an option to `ip`.
+_NETDEV = re.compile(r"^(?!\.\.?$)[A-Za-z0-9_.][A-Za-z0-9_.-]{0,14}$")
+# Login names as useradd takes them (no leading '-': it would read as an ssh option).
+_USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+# A DNS name (RFC 1123 labels, none starting or ending with '-').
+_LABEL = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+_HOSTNAME = re.compile(rf"^{_LABEL}(\.{_LABEL})*\.?$")
+# Absolute paths on the nodes: no spaces or shell/docker metacharacters (':' and ',' split
+# docker's -v syntax), no '..' segment.
+_NODE_PATH = re.compile(r"^/[A-Za-z0-9._@%+=/-]*$")
+# Docker's image reference grammar (distribution/reference regexp.go): [domain[:port]/]
+# path[:tag][@digest].
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    rf"^(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:"
+    r"[0-9a-fA-F]{32,})?$"
+)
+# Names of vLLM plugins (parsers, speculative methods): qwen3, qwen3_coder, granite-20b-fc.
+_PLUGIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Words of a variable name that mark a secret (HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD ...).
+_SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIALS"}
+_SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY")}
+MAX_CONTEXT_TOKENS = 2**24
+
+
+def _host_problem(v: str) -> str | None:
+    """Why `v` is not an IP address or DNS name, or None."""
+    try:
+        ip_address(v)
+        return None
+    except ValueError:
+        pass
+    if len(v) <= 253 and _HOSTNAME.match(v):
+        return None
+    return (
+        "not an IP address or DNS name (letters, digits, dots and inner dashes); fix: give "
+        "the address or name ssh reaches, e.g. 10.1.230.180 or spark-1.lab"
+    )
+
+
+def _node_path_problem(v: str) -> str | None:
+    if not PurePosixPath(v).is_absolute():
+        return (
+            "must be an absolute path on the nodes (no ~); fix: e.g. /home/USER/.cache/huggingface"
+        )
+    if not _NODE_PATH.match(v) or ".." in v.split("/") or v.rstrip("/") == "":
+        return (
+            "paths on the nodes may hold letters, digits and . _ @ % + = / - only (no spaces, "
+            "quotes, ':' or '..') and not be /; fix: use a plain absolute path such as "
+            "/var/lib/images/vllm.tar"
+        )
+    return None
+
+
+def _no_control_chars(v: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError("holds a control character (newline, tab, NUL ...); fix: remove it")
+    return v
+
+
+_JSON_TEXT = re.compile(r"^[A-Za-z0-9._/:@+=-]{0,256}$")
+
+
+def _json_value_problem(value: Any, where: str, depth: int) -> str | None:
+    """Why `value` (a config object passed to vLLM as JSON) is not plain data, or None."""
+    if depth > 3:
+        return f"{where} nests deeper than 3 levels; fix: flatten it"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not (isinstance(k, str) and re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", k)):
+                return f"{where} key {str(k)[:80]!r} is not an option name; fix: rename it"
+            problem = _json_value_problem(v, f"{where}.{k}", depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for i, v in enumerate(value[:64]):
+            problem = _json_value_problem(v, f"{where}[{i}]", depth + 1)
+            if problem:
+                return problem
+        return None if len(value) <= 64 else f"{where} has more than 64 items; fix: shorten it"
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        ok = abs(value) < 2**31
+    elif isinstance(value, float):
+        ok = value == value and abs(value) < 1e12
+    elif isinstance(value, str):
+        ok = bool(_JSON_TEXT.match(value))
+    else:
+        ok = False
+    if ok:
+        return None
+    return (
+        f"{where} = {str(value)[:80]!r} is not a plain value (a number, true/false, or a "
+        "name of letters, digits and . _ / : @ + = -); fix: correct it"
+    )
+
+
+def is_secret_name(name: str) -> bool:
+    """True for variable names that say they hold a secret (HF_TOKEN, X_API_KEY ...)."""
+    words = name.upper().split("_")
+    return bool(_SECRET_WORDS & set(words)) or any(
+        pair in _SECRET_PAIRS for pair in itertools.pairwise(words)
+    )
 
 
 class Issue(BaseModel):
@@ -73,7 +185,9 @@ class ConfigError(Exception):
 def _redacted(path: str, value: Any) -> str:
     if path in SECRET_FIELDS or isinstance(value, SecretStr):
         return "'[secret]'"
-    return repr(value)
+    shown = repr(value)
+    # A very long value is cut: the line must stay readable in `pulumi up` output.
+    return shown if len(shown) <= 200 else f"{shown[:200]}... ({len(shown)} characters)"
 
 
 class _Closed(BaseModel):
@@ -108,19 +222,40 @@ class SshConfig(_Closed):
         "opt-out (then give neither host_key nor host_key_file).",
     )
 
+    @field_validator("host")
+    @classmethod
+    def _host_shape(cls, v: str) -> str:
+        problem = _host_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("user")
+    @classmethod
+    def _user_shape(cls, v: str) -> str:
+        if not _USER.match(v):
+            raise ValueError(
+                "not a login name (1-32 letters, digits, '_', '.', '-', not starting with "
+                "'-' or a digit); fix: give the user you ssh in as, e.g. aurora"
+            )
+        return v
+
     @field_validator("host_key")
     @classmethod
     def _host_key_shape(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        parts = v.split()
-        key = " ".join(parts[:2])
-        if not _HOST_KEY.match(key):
+        try:
+            return parse_host_key(v)
+        except HostKeyError as e:
             raise ValueError(
-                "not an SSH public host key; fix: paste the `ssh-ed25519 AAAA...` part of "
-                "`ssh-keyscan -t ed25519 HOST`"
-            )
-        return key
+                f"not a usable SSH public host key: {e}; fix: {HOST_KEY_FIX}"
+            ) from None
+
+    @field_validator("host_key_file")
+    @classmethod
+    def _host_key_file_text(cls, v: str | None) -> str | None:
+        return None if v is None else _no_control_chars(v)
 
     @model_validator(mode="after")
     def _host_key_choice(self) -> SshConfig:
@@ -167,8 +302,9 @@ class ClusterLinkConfig(_Closed):
     def _netdev_name(cls, v: str) -> str:
         if not _NETDEV.match(v):
             raise ValueError(
-                "not a Linux interface name (1-15 chars, no spaces or slashes); fix: use a "
-                "name from `ip -br link` on the node, e.g. enp1s0f1np1"
+                "not a Linux interface name (1-15 letters, digits, '_', '.', '-', not "
+                "starting with '-'); fix: use a name from `ip -br link` on the node, e.g. "
+                "enp1s0f1np1"
             )
         return v
 
@@ -176,7 +312,7 @@ class ClusterLinkConfig(_Closed):
     @classmethod
     def _hca_names(cls, v: list[str]) -> list[str]:
         for hca in v:
-            if not re.match(r"^[A-Za-z0-9_]+$", hca):
+            if not re.match(r"^[A-Za-z0-9_]{1,64}$", hca):
                 raise ValueError(
                     f"{hca!r} is not an HCA name; fix: use names from `ibdev2netdev`, "
                     "e.g. rocep1s0f1"
@@ -237,6 +373,24 @@ class ImageConfig(_Closed):
         "images are large caches that the next deployment reuses.",
     )
 
+    @field_validator("ref")
+    @classmethod
+    def _ref_grammar(cls, v: str) -> str:
+        if len(v) > 255 or not _IMAGE_REF.match(v):
+            raise ValueError(
+                "not a Docker image reference ([registry[:port]/]name[:tag][@sha256:...], "
+                "lowercase name); fix: e.g. hellohal2064/vllm-qwen3.5-gb10:latest"
+            )
+        return v
+
+    @field_validator("tarball")
+    @classmethod
+    def _tarball_path(cls, v: str | None) -> str | None:
+        problem = None if v is None else _node_path_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _tarball_rules(self) -> ImageConfig:
         if self.source == "tarball":
@@ -258,15 +412,17 @@ class ModelConfig(_Closed):
 
     id: str = Field(
         description="Hugging Face model id, e.g. Qwen/Qwen3.5-122B-A10B-FP8.",
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$",
     )
     revision: str = Field(
         "main",
         description="Model revision (a commit hash pins it; a branch name may move).",
-        pattern=r"^[A-Za-z0-9._/-]+$",
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/-]{0,127}$",
     )
     served_name: str | None = Field(
-        None, description="Name clients use in requests (default: the model id)."
+        None,
+        description="Name clients use in requests (default: the model id).",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$",
     )
     hf_cache: str = Field(
         description="Absolute path of the Hugging Face cache ON THE NODES, e.g. "
@@ -287,10 +443,18 @@ class ModelConfig(_Closed):
     @field_validator("hf_cache")
     @classmethod
     def _absolute(cls, v: str) -> str:
-        if not PurePosixPath(v).is_absolute():
+        problem = _node_path_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_stays_in_the_cache(cls, v: str) -> str:
+        if ".." in v.split("/") or v.endswith("/"):
             raise ValueError(
-                "must be an absolute path on the nodes (no ~); fix: e.g. "
-                "/home/USER/.cache/huggingface"
+                "a revision is a branch, tag or commit hash (no '..' segment or trailing "
+                "'/'); fix: e.g. main or a 40-character commit hash"
             )
         return v
 
@@ -310,33 +474,6 @@ KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 LoadFormat = Literal["auto", "safetensors", "fastsafetensors", "pt", "dummy"]
 
-# Flags the typed fields own; extra_args must not set them a second time.
-OWNED_FLAGS = {
-    "--tensor-parallel-size": "parallelism.tensor",
-    "-tp": "parallelism.tensor",
-    "--pipeline-parallel-size": "parallelism.pipeline",
-    "-pp": "parallelism.pipeline",
-    "--distributed-executor-backend": "(always ray)",
-    "--host": "(always 0.0.0.0)",
-    "--port": "ports.api",
-    "--revision": "model.revision",
-    "--served-model-name": "model.served_name",
-    "--api-key": "the api_key secret",
-    "--gpu-memory-utilization": "vllm.gpu_memory_utilization",
-    "--max-model-len": "vllm.max_model_len",
-    "--max-num-batched-tokens": "vllm.max_num_batched_tokens",
-    "--kv-cache-dtype": "vllm.kv_cache_dtype",
-    "--dtype": "vllm.dtype",
-    "--load-format": "vllm.load_format",
-    "--enable-prefix-caching": "vllm.enable_prefix_caching",
-    "--reasoning-parser": "vllm.reasoning_parser",
-    "--enable-auto-tool-choice": "vllm.enable_auto_tool_choice",
-    "--tool-call-parser": "vllm.tool_call_parser",
-    "--speculative-config": "vllm.speculative_config",
-    "--enable-expert-parallel": "vllm.enable_expert_parallel",
-    "--language-model-only": "vllm.language_model_only",
-}
-
 
 class VllmConfig(_Closed):
     """`vllm serve` options (the ones the field notes use, typed) plus extra arguments."""
@@ -344,11 +481,16 @@ class VllmConfig(_Closed):
     gpu_memory_utilization: float = Field(
         0.8,
         gt=0,
+        allow_inf_nan=False,
         description="Fraction of (unified) memory vLLM may take. At most "
         f"{MAX_UNIFIED_MEMORY_UTILIZATION} on GB10: the OS and page cache share that memory.",
     )
-    max_model_len: int | None = Field(None, ge=16, description="Context length (--max-model-len).")
-    max_num_batched_tokens: int | None = Field(None, ge=16, description="--max-num-batched-tokens.")
+    max_model_len: int | None = Field(
+        None, ge=16, le=MAX_CONTEXT_TOKENS, description="Context length (--max-model-len)."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None, ge=16, le=MAX_CONTEXT_TOKENS, description="--max-num-batched-tokens."
+    )
     dtype: Dtype = Field("auto", description="--dtype (weights/activations).")
     kv_cache_dtype: KvCacheDtype = Field("auto", description="--kv-cache-dtype, e.g. fp8.")
     load_format: LoadFormat = Field(
@@ -356,11 +498,15 @@ class VllmConfig(_Closed):
         description="--load-format; fastsafetensors loads big models much faster.",
     )
     enable_prefix_caching: bool = Field(False, description="--enable-prefix-caching.")
-    reasoning_parser: str | None = Field(None, description="--reasoning-parser, e.g. qwen3.")
+    reasoning_parser: str | None = Field(
+        None, description="--reasoning-parser, e.g. qwen3.", pattern=_PLUGIN_NAME.pattern
+    )
     enable_auto_tool_choice: bool = Field(
         False, description="--enable-auto-tool-choice (needs tool_call_parser)."
     )
-    tool_call_parser: str | None = Field(None, description="--tool-call-parser, e.g. qwen3_coder.")
+    tool_call_parser: str | None = Field(
+        None, description="--tool-call-parser, e.g. qwen3_coder.", pattern=_PLUGIN_NAME.pattern
+    )
     speculative_config: dict[str, Any] | None = Field(
         None,
         description='--speculative-config as an object, e.g. {"method": "mtp", '
@@ -397,12 +543,51 @@ class VllmConfig(_Closed):
     @field_validator("extra_args")
     @classmethod
     def _no_owned_flags(cls, v: list[str]) -> list[str]:
-        for arg in v:
-            flag = arg.split("=", 1)[0]
-            if flag in OWNED_FLAGS:
+        if len(v) > 128:
+            raise ValueError("more than 128 arguments; fix: keep extra_args short")
+        problems = extra_args_problems(v)
+        if problems:
+            i, problem, fix = problems[0]
+            raise ValueError(f"item {i} {v[i][:80]!r}: {problem}; fix: {fix}")
+        for i, arg in enumerate(v):
+            if len(arg) > 4096:
+                raise ValueError(f"item {i} is longer than 4096 characters; fix: shorten it")
+        return v
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _speculative_values(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is None:
+            return v
+        problem = _json_value_problem(v, "speculative_config", depth=0)
+        if problem:
+            raise ValueError(problem)
+        method = v.get("method")
+        if method is not None and not (isinstance(method, str) and _PLUGIN_NAME.match(method)):
+            raise ValueError(
+                f"method {str(method)[:80]!r} is not a method name; fix: e.g. mtp, eagle, ngram"
+            )
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env_names_and_values(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _ENV_NAME.match(key):
                 raise ValueError(
-                    f"{arg!r} sets a flag that {OWNED_FLAGS[flag]} owns; fix: remove it from "
-                    f"extra_args and set {OWNED_FLAGS[flag]}"
+                    f"{key[:80]!r} is not a variable name (letters, digits, '_', not starting "
+                    "with a digit); fix: rename it"
+                )
+            if is_secret_name(key):
+                raise ValueError(
+                    f"{key} names a secret, which would sit in plain text in the stack "
+                    "config, the state and the container's inspect output; fix: remove it "
+                    "(the API key is the api_key secret)"
+                )
+            if len(value) > 4096 or any(ord(c) < 32 and c != "\t" for c in value):
+                raise ValueError(
+                    f"the value of {key} holds a control character (newline, NUL ...) or "
+                    "is longer than 4096 characters; fix: give a one-line value"
                 )
         return v
 
@@ -414,6 +599,23 @@ class VllmConfig(_Closed):
                 "vllm.tool_call_parser, e.g. qwen3_coder"
             )
         return self
+
+
+# Ports Ray takes on its own on every node (ray start's defaults): Ray Client on the head,
+# the range its worker processes listen in, the dashboard agent, the dashboard's and the
+# autoscaler's Prometheus servers, and the Ray Client's per-session servers.
+RAY_OWN_PORTS = (
+    (10001, 10001, "Ray Client server (head)"),
+    (10002, 19999, "Ray's worker port range"),
+    (23000, 23999, "Ray Client session servers (head)"),
+    (44217, 44217, "Ray autoscaler metrics (head)"),
+    (44227, 44227, "Ray dashboard metrics (head)"),
+    (52365, 52365, "Ray dashboard agent"),
+)
+
+
+def ray_port_owner(port: int) -> str | None:
+    return next((what for lo, hi, what in RAY_OWN_PORTS if lo <= port <= hi), None)
 
 
 class PortsConfig(_Closed):
@@ -431,6 +633,15 @@ class PortsConfig(_Closed):
                 f"ports must differ, got ray_gcs={self.ray_gcs}, ray_dashboard="
                 f"{self.ray_dashboard}, api={self.api}; fix: give each its own port"
             )
+        for name, port in (("ray_gcs", self.ray_gcs), ("ray_dashboard", self.ray_dashboard),
+                           ("api", self.api)):  # fmt: skip
+            owner = ray_port_owner(port)
+            if owner:
+                raise ValueError(
+                    f"{name}={port} is taken by {owner} on the nodes; fix: pick a port "
+                    "outside 10001-19999, 23000-23999, 44217, 44227 and 52365 (defaults: "
+                    "ray_gcs 6379, ray_dashboard 8265, api 8000)"
+                )
         return self
 
 
@@ -474,6 +685,13 @@ class StackConfig(_Closed):
         "(unified memory: cudaMemGetInfo does not count reclaimable cache as free). Needs "
         "root or passwordless sudo on the nodes.",
     )
+    expose_ray_dashboard: bool = Field(
+        False,
+        description="Bind the Ray dashboard to every interface of the head (the LAN). Its "
+        "Jobs API runs any code it is sent, without authentication, so by default it binds "
+        "to the head's cluster-link address only; reach it through the "
+        "`ray_dashboard_tunnel` output (an ssh port forward) instead.",
+    )
     endpoint_host: str | None = Field(
         None,
         description="Host name clients use for the API (default: the head's ssh.host).",
@@ -492,6 +710,29 @@ class StackConfig(_Closed):
         description="SECRET, optional. API key clients must send (`pulumi config set "
         "--secret api_key ...`).",
     )
+
+    @field_validator("endpoint_host")
+    @classmethod
+    def _endpoint_host_shape(cls, v: str | None) -> str | None:
+        problem = None if v is None else _host_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("ssh_private_key_file")
+    @classmethod
+    def _key_file_text(cls, v: str | None) -> str | None:
+        return None if v is None else _no_control_chars(v)
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key_is_a_header_value(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not re.match(r"^[\x21-\x7e]{8,512}$", v.get_secret_value()):
+            raise ValueError(
+                "an API key is sent as `Authorization: Bearer KEY`: 8-512 printable "
+                "characters, no spaces; fix: generate one, e.g. `openssl rand -hex 32`"
+            )
+        return v
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> StackConfig:

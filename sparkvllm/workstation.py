@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from sparkvllm.config import PROJECT, ConfigError, Issue, SshConfig, StackConfig
+from sparkvllm.host_keys import FIX as HOST_KEY_FIX
+from sparkvllm.host_keys import HostKeyError, find_host_key
 from sparkvllm.probes import image_versions
 from sparkvllm.specs.ssh import known_hosts
 
@@ -91,21 +93,19 @@ def _host_key(ssh: SshConfig, base: Path, field_path: str) -> str | None:
         field_path,
         "point host_key_file at the node's public host key (e.g. from ssh-keyscan)",
     )
-    # `ssh-keyscan` lines start with the host; .pub files with the key type.
-    words = text.split()
-    for i, w in enumerate(words[:-1]):
-        if w.startswith(("ssh-", "ecdsa-")):
-            return f"{w} {words[i + 1]}"
-    raise ConfigError(
-        [
-            Issue(
-                path=field_path,
-                value=ssh.host_key_file,
-                problem="the file holds no SSH public key",
-                fix="write the `ssh-ed25519 AAAA...` host key into it",
-            )
-        ]
-    )
+    try:
+        return find_host_key(text)
+    except HostKeyError as e:
+        raise ConfigError(
+            [
+                Issue(
+                    path=field_path,
+                    value=ssh.host_key_file,
+                    problem=f"no usable SSH public host key in the file: {e}",
+                    fix=f"write the node's host key into it: {HOST_KEY_FIX}",
+                )
+            ]
+        ) from None
 
 
 def _write_private(path: Path, text: str) -> None:

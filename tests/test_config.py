@@ -39,6 +39,8 @@ def _set(path: str, value: Any) -> Callable[[Raw], None]:
 
 
 _DELETE = object()
+# A real ed25519 public key's data (generated for the examples; it belongs to no machine).
+ED2 = "AAAAC3NzaC1lZDI1NTE5AAAAIOBVSB264uOsfy8jRB985DNYLFLNZJZSlpnhUh5XHLy7"
 
 # (case id, mutation, field path in the message, words of the problem)
 BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
@@ -58,7 +60,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         "host key garbage",
         _set("nodes[0].ssh.host_key", "not a key"),
         "nodes[0].ssh.host_key",
-        "not an SSH public host key",
+        "not a usable SSH public host key",
     ),
     (
         "host key missing while verifying",
@@ -132,7 +134,7 @@ BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         "extra arg repeats an owned flag",
         _set("vllm.extra_args", ["--tensor-parallel-size=4"]),
         "vllm.extra_args",
-        "parallelism.tensor owns",
+        "--tensor-parallel-size, which parallelism.tensor owns",
     ),
     (
         "auto tool choice without parser",
@@ -180,6 +182,160 @@ BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         _set("timeouts.server_ready_s", 5),
         "timeouts.server_ready_s",
         "30",
+    ),
+    # Values that reach a shell, ssh or vLLM: refused unless they are what they claim.
+    (
+        "user that is an ssh option",
+        _set("nodes[0].ssh.user", "-oProxyCommand=x"),
+        "nodes[0].ssh.user",
+        "not a login name",
+    ),
+    (
+        "host that is an ssh option",
+        _set("nodes[1].ssh.host", "-oProxyCommand=x"),
+        "nodes[1].ssh.host",
+        "not an IP address or DNS name",
+    ),
+    (
+        "host with a space",
+        _set("nodes[1].ssh.host", "spark 2"),
+        "nodes[1].ssh.host",
+        "not an IP address or DNS name",
+    ),
+    (
+        "host key of one byte",
+        _set("nodes[0].ssh.host_key", "ssh-ed25519 AAAA"),
+        "nodes[0].ssh.host_key",
+        "not a usable SSH public host key",
+    ),
+    (
+        "host key type that is not its blob",
+        _set("nodes[0].ssh.host_key", "ssh-rsa " + ED2),
+        "nodes[0].ssh.host_key",
+        "the text says ssh-rsa but the key data is a ssh-ed25519 key",
+    ),
+    (
+        "host key not base64",
+        _set("nodes[0].ssh.host_key", "ssh-ed25519 AAAA*AAA"),
+        "nodes[0].ssh.host_key",
+        "not valid base64",
+    ),
+    (
+        "netdev that is an option",
+        _set("nodes[0].cluster_link.netdev", "-x"),
+        "nodes[0].cluster_link.netdev",
+        "not a Linux interface name",
+    ),
+    (
+        "image ref with a quote",
+        _set("image.ref", "x'; touch /tmp/p; '"),
+        "image.ref",
+        "not a Docker image reference",
+    ),
+    (
+        "image ref with a substitution",
+        _set("image.ref", "x$(touch /tmp/p)"),
+        "image.ref",
+        "not a Docker image reference",
+    ),
+    (
+        "tarball with a substitution",
+        _set("image.tarball", "/x$(id).tar"),
+        "image.tarball",
+        "paths on the nodes may hold",
+    ),
+    (
+        "HF cache with '..'",
+        _set("model.hf_cache", "/home/../etc"),
+        "model.hf_cache",
+        "no spaces, quotes, ':' or '..'",
+    ),
+    (
+        "HF cache with a colon (docker -v syntax)",
+        _set("model.hf_cache", "/a:/b"),
+        "model.hf_cache",
+        "paths on the nodes may hold",
+    ),
+    (
+        "revision leaving the cache",
+        _set("model.revision", "../../etc"),
+        "model.revision",
+        "should match pattern",
+    ),
+    (
+        "revision with '..' inside",
+        _set("model.revision", "main/../../x"),
+        "model.revision",
+        "no '..' segment",
+    ),
+    (
+        "served name with a space",
+        _set("model.served_name", "my model"),
+        "model.served_name",
+        "should match pattern",
+    ),
+    (
+        "reasoning parser with a semicolon",
+        _set("vllm.reasoning_parser", "qwen3;id"),
+        "vllm.reasoning_parser",
+        "should match pattern",
+    ),
+    (
+        "tool parser with a substitution",
+        _set("vllm.tool_call_parser", "$(id)"),
+        "vllm.tool_call_parser",
+        "should match pattern",
+    ),
+    (
+        "speculative method with a quote",
+        _set("vllm.speculative_config.method", "mtp'"),
+        "vllm.speculative_config",
+        "is not a plain value",
+    ),
+    (
+        "max_model_len 2^63",
+        _set("vllm.max_model_len", 2**63),
+        "vllm.max_model_len",
+        "less than or equal to 16777216",
+    ),
+    ("env name with a space", _set("vllm.env", {"A B": "1"}), "vllm.env", "not a variable name"),
+    (
+        "env value with a newline",
+        _set("vllm.env", {"A": "1\nB=2"}),
+        "vllm.env",
+        "control character",
+    ),
+    ("HF token in env", _set("vllm.env", {"HF_TOKEN": "hf_x"}), "vllm.env", "names a secret"),
+    (
+        "endpoint host with a slash",
+        _set("endpoint_host", "a/b"),
+        "endpoint_host",
+        "not an IP address or DNS name",
+    ),
+    ("API port on Ray Client's", _set("ports.api", 10001), "ports", "Ray Client server"),
+    (
+        "dashboard port in Ray's worker range",
+        _set("ports.ray_dashboard", 12000),
+        "ports",
+        "worker port range",
+    ),
+    (
+        "extra arg with an underscore spelling",
+        _set("vllm.extra_args", ["--tensor_parallel_size", "4"]),
+        "vllm.extra_args",
+        "parallelism.tensor",
+    ),
+    (
+        "extra arg that is a prefix",
+        _set("vllm.extra_args", ["--hos", "1.2.3.4"]),
+        "vllm.extra_args",
+        "the program sets (always 0.0.0.0)",
+    ),
+    (
+        "extra arg with the API key",
+        _set("vllm.extra_args", ["--api_key", "sk-abc"]),
+        "vllm.extra_args",
+        "api_key",
     ),
 ]
 

@@ -11,6 +11,7 @@ import pulumi
 import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.specs.ssh import docker_ssh_opts
 from sparkvllm.workstation import prepare_ssh_access
 from tests.conftest import ROOT, TEST_API_KEY, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers, Run, run_program
@@ -301,7 +302,12 @@ def test_outputs_endpoint_health_and_operator_facts(raw: dict[str, Any]) -> None
     assert out["health"]["models"] == ["qwen3.5-122b"]
     assert out["health"]["ray"]["nodes"] == len(cfg.nodes)
     assert out["health"]["ray"]["gpus"] == cfg.total_gpus
-    assert out["ray_dashboard"] == "http://10.1.230.180:8265"
+    # The dashboard (its Jobs API runs any code) listens on the cluster link only; the
+    # workstation reaches it through an ssh port forward to the head.
+    assert out["ray_dashboard"] == "http://192.168.100.10:8265"
+    assert out["ray_dashboard_tunnel"] == (
+        "ssh -N -L 8265:192.168.100.10:8265 -p 22 -l aurora -- 10.1.230.180"
+    )
     assert set(out["nodes"]) == {n.name for n in cfg.nodes}
     assert out["nodes"]["spark-1"]["gpu"]["name"] == "NVIDIA GB10"
     assert out["image"]["fingerprint"] == "f" * 64
@@ -335,6 +341,11 @@ def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: P
     kh = Path(access.known_hosts_file).read_text().splitlines()
     assert kh[0].startswith("10.1.230.180 ssh-ed25519 AAAA")
     assert len(kh) == 2
+    # ssh's connection-sharing sockets live in the stack's own 0700 directory, not /tmp.
+    state = Path(access.control_dir_ref).expanduser()
+    assert state.stat().st_mode & 0o777 == 0o700
+    opts = docker_ssh_opts(cfg.nodes[0], access.identity_ref, "kh", access.control_dir_ref)
+    assert f"ControlPath={access.control_dir_ref}/cm-%C" in opts
 
 
 def test_an_image_without_the_model_stops_before_any_container(spark_raw: dict[str, Any]) -> None:

@@ -154,7 +154,7 @@ def test_server_entrypoint_writes_non_carry_list_then_execs_serve(cfg: StackConf
 
 
 def test_api_key_is_a_named_secret_never_a_value(spark_raw: dict[str, Any]) -> None:
-    spark_raw["api_key"] = "sk-x"
+    spark_raw["api_key"] = "sk-x-5b9e1c0d"
     spec = containers.model_server(load_stack_config(spark_raw), "spark")
     assert spec.secret_env == ("VLLM_API_KEY",)
     assert "sk-x" not in json.dumps(spec.env) + " ".join(spec.command)
@@ -655,3 +655,23 @@ def test_ray_client_compatibility(here: dict[str, str], problem: str) -> None:
     found = ray_client_compatibility(GOOD, here)
     assert (found == "") == (problem == "")
     assert problem in found
+
+
+def test_ray_dashboard_binds_to_the_cluster_link_unless_exposed(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    assert "--dashboard-host=192.168.100.10" in containers.ray_head(cfg, "s").command
+    assert [w for w in containers.exposure_warnings(cfg) if "Ray dashboard" in w] == []
+    spark_raw["expose_ray_dashboard"] = True
+    exposed = load_stack_config(spark_raw)
+    assert "--dashboard-host=0.0.0.0" in containers.ray_head(exposed, "s").command
+    url, tunnel = containers.dashboard_access(exposed)
+    assert url == "http://10.1.230.180:8265"
+    assert tunnel == "ssh -N -L 8265:127.0.0.1:8265 -p 22 -l aurora -- 10.1.230.180"
+    assert any("Jobs API runs any code" in w for w in containers.exposure_warnings(exposed))
+
+
+def test_an_api_without_a_key_warns_and_with_one_does_not(spark_raw: dict[str, Any]) -> None:
+    warned = containers.exposure_warnings(load_stack_config(spark_raw))
+    assert any("0.0.0.0:8000 of spark-1 with no api_key" in w for w in warned)
+    spark_raw["api_key"] = "k" * 32
+    assert containers.exposure_warnings(load_stack_config(spark_raw)) == []

@@ -70,6 +70,13 @@ def fingerprint_script(ref: str) -> str:
     )
 
 
+def fail(message: str) -> str:
+    """Bash that prints `message` on stderr (one literal word, whatever it holds) and exits
+    1: the one way a command here reports a problem, so no value is ever pasted into a
+    quoted string by hand."""
+    return f"{{ printf '%s\\n' {shlex.quote(message)} >&2; exit 1; }}"
+
+
 def _id_script(ref: str) -> str:
     return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}"
 
@@ -86,18 +93,21 @@ def image_obtain(cfg: StackConfig) -> CommandSpec:
         get = f"docker pull {ref} >&2"
     elif img.source == "tarball":
         tar = shlex.quote(img.tarball or "")
-        get = (
-            f"test -r {tar} || {{ echo 'image tarball {img.tarball} is not readable on {head};"
-            f" fix: copy it there or correct image.tarball' >&2; exit 1; }}\n"
-            f"docker load -i {tar} >&2\n"
-            f"docker image inspect {ref} >/dev/null 2>&1 || {{ echo 'tarball {img.tarball} "
-            f"does not contain {img.ref}; fix: set image.ref to the tag inside the tarball'"
-            " >&2; exit 1; }"
+        unreadable = f"image tarball {img.tarball} is not readable on {head}; fix: copy it "
+        unreadable += "there or correct image.tarball"
+        lacks = f"tarball {img.tarball} does not contain {img.ref}; fix: set image.ref to "
+        lacks += "the tag inside the tarball"
+        get = "\n".join(
+            [
+                f"test -r {tar} || {fail(unreadable)}",
+                f"docker load -i {tar} >&2",
+                f"docker image inspect {ref} >/dev/null 2>&1 || {fail(lacks)}",
+            ]
         )
     else:
-        get = (
-            f"echo 'image {img.ref} is not present on {head}; fix: load it there or set "
-            "image.source to pull or tarball' >&2; exit 1"
+        get = fail(
+            f"image {img.ref} is not present on {head}; fix: load it there or set "
+            "image.source to pull or tarball"
         )
     create = "\n".join(
         [
@@ -148,7 +158,7 @@ def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | No
         'cat > "$key"',
         f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
         f'remote() {{ {_ssh_to(target)} "$@"; }}',
-        f"remote true || {{ echo {shlex.quote(unreachable)} >&2; exit 1; }}",
+        f"remote true || {fail(unreachable)}",
     ]
 
 
@@ -165,20 +175,19 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     create = "\n".join(
         [
             *ssh_to_node_prelude(cfg, target, host_key),
-            f"src=$({fp})",
-            (
-                f'[ -n "$src" ] || {{ echo {shlex.quote(f"image {ref} is missing on {head}")} >&2;'
-                " exit 1; }"
-            ),
+            # `|| true`: an absent image must reach the message below, not end the script
+            # silently under `set -e`.
+            f"src=$({fp} || true)",
+            f'[ -n "$src" ] || {fail(f"image {ref} is missing on {head}")}',
             f"dst=$(remote {shlex.quote(fp)} || true)",
             'if [ "$src" != "$dst" ]; then',
             f"  echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
             f"  docker save {shlex.quote(ref)} | remote docker load >&2",
             f"  dst=$(remote {shlex.quote(fp)})",
             (
-                '  [ "$src" = "$dst" ] || { echo "image '
-                f"{ref} on {target.name}"
-                ' differs after transfer: $dst != $src" >&2; exit 1; }'
+                '  [ "$src" = "$dst" ] || { printf \'%s: %s != %s\\n\' '
+                f"{shlex.quote(f'image {ref} on {target.name} differs after transfer')}"
+                ' "$dst" "$src" >&2; exit 1; }'
             ),
             "  echo transferred=1",
             "else",

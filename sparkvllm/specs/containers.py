@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
+from sparkvllm.specs.ssh import SshOptions, SshTarget, url_host
 
 LABEL_PREFIX = "ai.sparkvllm"
 # Ray's session dir, shared by the head container and the model server (raylet discovery).
@@ -193,12 +194,50 @@ def _ray_container(
     )
 
 
+def dashboard_bind(cfg: StackConfig) -> str:
+    """Where the Ray dashboard listens: its Jobs API runs any code it is sent, without
+    authentication, so only on the cluster link unless the config exposes it."""
+    return "0.0.0.0" if cfg.expose_ray_dashboard else str(cfg.head_node.cluster_link.address)
+
+
+def exposure_warnings(cfg: StackConfig) -> list[str]:
+    """What the deployment exposes beyond the cluster link, said at every preview and up."""
+    head = cfg.head_node
+    out = []
+    if cfg.api_key is None:
+        out.append(
+            f"the OpenAI API listens on 0.0.0.0:{cfg.ports.api} of {head.name} with no api_key: "
+            "anyone who reaches that port can use the model; fix: `pulumi config set "
+            "--secret api_key $(openssl rand -hex 32)`"
+        )
+    if cfg.expose_ray_dashboard:
+        out.append(
+            f"the Ray dashboard listens on 0.0.0.0:{cfg.ports.ray_dashboard} of {head.name} "
+            "(expose_ray_dashboard): its Jobs API runs any code it is sent, without "
+            "authentication; fix: set expose_ray_dashboard: false and use the "
+            "ray_dashboard_tunnel output"
+        )
+    return out
+
+
+def dashboard_access(cfg: StackConfig) -> tuple[str, str]:
+    """(the dashboard's URL where it listens, the workstation's ssh command that forwards
+    local port ports.ray_dashboard to it over the head's ssh)."""
+    head = cfg.head_node
+    port = cfg.ports.ray_dashboard
+    shown = head.ssh.host if cfg.expose_ray_dashboard else dashboard_bind(cfg)
+    there = "127.0.0.1" if cfg.expose_ray_dashboard else dashboard_bind(cfg)
+    login = SshTarget(head.ssh.user, head.ssh.host, head.ssh.port, SshOptions())
+    forward = ["ssh", "-N", "-L", f"{port}:{there}:{port}", *login.destination()]
+    return f"http://{url_host(shown)}:{port}", shlex.join(forward)
+
+
 def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
     """`ray start --head --block` on the head node, bound to its cluster-link address."""
     args = [
         "--head",
         f"--port={cfg.ports.ray_gcs}",
-        "--dashboard-host=0.0.0.0",
+        f"--dashboard-host={dashboard_bind(cfg)}",
         f"--dashboard-port={cfg.ports.ray_dashboard}",
     ]
     node = cfg.head_node

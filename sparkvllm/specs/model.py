@@ -14,7 +14,7 @@ from typing import Any
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs.commands import CommandSpec, ssh_to_node_prelude
+from sparkvllm.specs.commands import CommandSpec, fail, ssh_to_node_prelude
 from sparkvllm.specs.environment import HF_HOME
 
 # Architectures whose first supporting vLLM release we know (for the error message).
@@ -154,7 +154,7 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
         f"{where} is still incomplete after the download; fix: check the revision and the "
         "disk, then re-run. Missing:"
     )
-    fetch = f"echo {offline} $gaps >&2; exit 1" if m.offline else download
+    fetch = f'echo {offline} "$gaps" >&2; exit 1' if m.offline else download
     create = "\n".join(
         [
             "set -euo pipefail",
@@ -166,7 +166,7 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
             f"  {fetch}",
             f"  {_snapshot_shell(cfg)}",
             f"  {GAPS}",
-            f'  [ -z "$gaps" ] || {{ echo {still} $gaps >&2; exit 1; }}',
+            f'  [ -z "$gaps" ] || {{ echo {still} "$gaps" >&2; exit 1; }}',
             "fi",
             'echo manifest=$(manifest "$snap")',
             'echo files=$(find -L "$snap" -type f | wc -l)',
@@ -222,14 +222,13 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
     hub = f"{cfg.model.hf_cache}/hub"
     name = repo.rsplit("/", 1)[1]
     remote_manifest = f'{MANIFEST}; {_snapshot_shell(cfg)}; manifest "$snap"'
-    missing_on_head = shlex.quote(f"model {cfg.model.id} missing on {cfg.head}")
     create = "\n".join(
         [
             *ssh_to_node_prelude(cfg, target, host_key),
             MANIFEST,
             _snapshot_shell(cfg),
             'src=$(manifest "$snap")',
-            f'[ -n "$src" ] || {{ echo {missing_on_head} >&2; exit 1; }}',
+            f'[ -n "$src" ] || {fail(f"model {cfg.model.id} missing on {cfg.head}")}',
             f"dst=$(remote bash -c {shlex.quote(shlex.quote(remote_manifest))} || true)",
             'if [ "$src" != "$dst" ]; then',
             f"  echo {shlex.quote(f'copying {cfg.model.id} {cfg.head} -> {target.name}')} >&2",
@@ -237,9 +236,11 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
             f"  tar -C {shlex.quote(hub)} -cf - {shlex.quote(name)} | remote "
             + shlex.quote(f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -"),
             f"  dst=$(remote bash -c {shlex.quote(shlex.quote(remote_manifest))})",
-            '  [ "$src" = "$dst" ] || { echo "weights on '
-            + target.name
-            + ' differ after copy: $dst != $src" >&2; exit 1; }',
+            (
+                '  [ "$src" = "$dst" ] || { printf \'%s: %s != %s\\n\' '
+                f"{shlex.quote(f'weights on {target.name} differ after copy')}"
+                ' "$dst" "$src" >&2; exit 1; }'
+            ),
             "  echo transferred=1",
             "else",
             "  echo transferred=0",

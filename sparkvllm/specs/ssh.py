@@ -120,17 +120,18 @@ class SshTarget:
     port: int
     options: SshOptions
 
-    def _destination(self) -> list[str]:
+    def destination(self) -> list[str]:
+        """`-p PORT -l USER -- HOST`: after `--` ssh reads no option."""
         return ["-p", str(self.port), "-l", self.user, "--", self.host]
 
     def argv(self, remote_command: str | None = None) -> list[str]:
         """`ssh OPTIONS -p PORT -l USER -- HOST [COMMAND]` as argv."""
         tail = [remote_command] if remote_command is not None else []
-        return ["ssh", *self.options.argv(), *self._destination(), *tail]
+        return ["ssh", *self.options.argv(), *self.destination(), *tail]
 
     def shell(self) -> str:
         """The same line for a bash script (a remote command is appended by the caller)."""
-        words = ["ssh", *self.options.shell(), *map(shlex.quote, self._destination())]
+        words = ["ssh", *self.options.shell(), *map(shlex.quote, self.destination())]
         return " ".join(words)
 
 

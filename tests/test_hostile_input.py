@@ -1,0 +1,338 @@
+"""No config value runs a command: hostile values in every string field of the spark and
+sim stacks are either refused (one line naming field, value and fix, nothing registered)
+or reach their program as one literal argument, when every remote command the program
+registers runs under bash with a PATH of logging stubs (tests/sandbox.py).
+
+What runs in the sandbox is what the program registered (Pulumi's mock runtime), through
+the same code that carries it out for real: NodeSteps' create and read, the local
+engine's pulumi-command model, the docker provider's ssh line, and each container's
+entrypoint and command. The ssh stub runs the remote words under bash as sshd would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+import runpy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+from pulumi.runtime import config as runtime_config
+
+import components.node_step as node_step
+from localengine.providers import docker as docker_provider
+from localengine.providers.command import CommandProvider
+from sparkvllm.config import ConfigError, StackConfig, load_stack_config
+from sparkvllm.specs.ssh import SshOptions, SshTarget
+from sparkvllm.workstation import prepare_ssh_access
+from tests import sandbox
+from tests.conftest import ROOT, TEST_PRIVATE_KEY, stack_file
+from tests.pulumi_mocks import NodeAnswers, RecordingMonitor, Registration, apply_program
+
+pytestmark = pytest.mark.skipif(bool(sandbox.available()), reason=sandbox.available() or "")
+
+CANARY = "pwned"
+# Each runs the canary if it is ever executed by a shell, pasted into a command line, or
+# read as an ssh option.
+PAYLOADS = (
+    f"x'; {CANARY}; '",
+    f'x"; {CANARY}; "',
+    f"$({CANARY})",
+    f"`{CANARY}`",
+    f"x\n{CANARY}",
+    f"-oProxyCommand={CANARY}",
+    f"x|{CANARY}",
+    f"x && {CANARY} #",
+    f"${{IFS}}{CANARY}",
+    f"--x=$({CANARY})",
+    "a" * 5000 + f"$({CANARY})",
+)
+SIM_HOST_KEYS = {  # generated for these tests; they belong to no machine
+    "spark-1": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMoUk0RJGGipAS0sr8Iv+4XPTm8k2IJ1DYNaioBvxSDZ",
+    "spark-2": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOBVSB264uOsfy8jRB985DNYLFLNZJZSlpnhUh5XHLy7",
+}
+# Optional string fields the stack files leave out, with their parents present.
+OPTIONAL = (
+    "endpoint_host",
+    "model.served_name",
+    "vllm.reasoning_parser",
+    "vllm.tool_call_parser",
+    "vllm.speculative_config.method",
+    "vllm.extra_args[0]",
+    "vllm.env.EXTRA",
+)
+
+
+def stack_raw(stack: str) -> dict[str, Any]:
+    """The stack file's config with the SSH key (and, for sim, the host keys) inline."""
+    raw = stack_file(stack)
+    raw.pop("ssh_private_key_file", None)
+    raw["ssh_private_key"] = TEST_PRIVATE_KEY
+    for node in raw["nodes"]:
+        if "host_key_file" in node["ssh"]:
+            node["ssh"]["host_key"] = SIM_HOST_KEYS[node["name"]]
+            del node["ssh"]["host_key_file"]
+    return raw
+
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _parts(path: str) -> list[str | int]:
+    return [int(i) if i else k for k, i in _STEP.findall(path)]
+
+
+def set_path(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    parts = _parts(path)
+    node: Any = out
+    for here, nxt in zip(parts, parts[1:], strict=False):
+        if isinstance(node, dict) and here not in node:
+            node[here] = [] if isinstance(nxt, int) else {}
+        node = node[here]
+    last = parts[-1]
+    if isinstance(node, list) and isinstance(last, int) and last == len(node):
+        node.append(value)
+    else:
+        node[last] = value
+    return out
+
+
+def string_paths(raw: Any, prefix: str = "") -> Iterator[str]:
+    """Every string leaf of the raw config (list items by index, dict values by key)."""
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            yield from string_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            yield from string_paths(v, f"{prefix}[{i}]")
+    elif isinstance(raw, str) and prefix not in ("ssh_private_key", "api_key"):
+        yield prefix
+
+
+# --- running what the program registered -------------------------------------------------
+
+
+class Runner:
+    """Carries out every registration of a mock run inside one sandbox."""
+
+    def __init__(self, box: sandbox.Sandbox, monkeypatch: pytest.MonkeyPatch):
+        self.box = box
+        self.mode = "ok"
+        monkeypatch.setattr(node_step, "run_ssh", self.transport)
+
+    def transport(self, target: SshTarget, command: str, **kw: Any) -> Any:
+        """`sparkvllm.remote.run_ssh`, into the sandbox."""
+        return self.box.run(target.argv(command), stdin=kw.get("stdin") or "", mode=self.mode)
+
+    def run_all(self, registrations: dict[str, Registration], *, mode: str) -> None:
+        self.mode = mode
+        commands = CommandProvider(self.transport)
+        steps = node_step.NodeStepProvider()
+        for reg in registrations.values():
+            state = {k: reg.plain(k) for k in reg.state}
+            if reg.type == "command:remote:Command":
+                for key in ("create", "delete"):
+                    if state.get(key):
+                        _tolerate(commands._run, reg.name, state, state[key], None)
+            elif reg.type == "pulumi-python:dynamic:Resource":
+                _tolerate(steps.create, state)
+                _tolerate(steps.read, "id", state)
+                _tolerate(steps.delete, "id", state)
+            elif reg.type == "pulumi:providers:docker":
+                target = docker_provider._target(state)
+                self.box.run(target.argv("docker system dial-stdio"), mode=mode)
+            elif reg.type == "docker:index/container:Container":
+                argv = [*(state.get("entrypoints") or []), *state["command"]]
+                self.box.run([str(a) for a in argv], mode=mode)
+
+
+def _tolerate(fn: Any, *args: Any) -> None:
+    """Commands fail against stubs; only what they ran matters here."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def run_main(raw: dict[str, Any], stack: str) -> RecordingMonitor:
+    """Run __main__.py under the mock runtime with `raw` as the stack's Pulumi config; the
+    monitor holds what it registered (also when it raised: see `error`)."""
+    values = {f"spark-vllm:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+    secret = [f"spark-vllm:{k}" for k in ("ssh_private_key", "api_key") if k in raw]
+    runtime_config.set_all_config(values, secret)
+    answers = NodeAnswers(_lenient(raw))
+    monitor = RecordingMonitor(answers)
+    monitor.error = None  # type: ignore[attr-defined]
+    try:
+        apply_program(_main, answers, stack=stack, monitor=monitor)
+    except Exception as e:  # noqa: BLE001
+        monitor.error = e  # type: ignore[attr-defined]
+    finally:
+        runtime_config.set_all_config({}, [])
+    return monitor
+
+
+def _main() -> dict[str, Any]:
+    runpy.run_path(str(ROOT / "__main__.py"), run_name="__pulumi_main__")
+    return {}
+
+
+def _lenient(raw: dict[str, Any]) -> StackConfig:
+    """A config for the mocks' node answers (the program validates `raw` itself)."""
+    try:
+        return load_stack_config(raw)
+    except ConfigError:
+        return load_stack_config(stack_raw("spark"))
+
+
+def words_of(box: sandbox.Sandbox) -> list[str]:
+    return [w for call in box.all_calls() for w in call[1:]]
+
+
+# --- the tests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stack", ["spark", "sim"])
+def test_hostile_values_are_refused_or_stay_one_literal_argument(
+    stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = stack_raw(stack)
+    paths = [*string_paths(base), *OPTIONAL]
+    problems: list[str] = []
+    accepted: list[tuple[str, str]] = []
+    for path in paths:
+        for payload in PAYLOADS:
+            raw = set_path(base, path, payload)
+            try:
+                load_stack_config(raw)
+            except ConfigError as e:
+                lines = [i.render() for i in e.issues]
+                if not any(_names(line, path) and ". Fix: " in line for line in lines):
+                    problems.append(f"{path}={payload[:40]!r}: refused without naming it: {lines}")
+                continue
+            accepted.append((path, payload))
+    # Accepted values: every registered command runs in the sandbox; the canary never runs
+    # and each value is one argument (or inside one) of the program it reaches.
+    runner = Runner(sandbox.Sandbox(tmp_path / "box"), monkeypatch)
+    for path, payload in accepted:
+        runner.box.log.unlink(missing_ok=True)
+        monitor = run_main(set_path(base, path, payload), stack)
+        assert monitor.error is None, (path, payload[:40], monitor.error)  # type: ignore[attr-defined]
+        regs = monitor.registrations
+        for mode in ("ok", "absent", "fail"):
+            runner.run_all(regs, mode=mode)
+        if runner.box.calls(CANARY):
+            problems.append(f"{path}={payload[:40]!r}: RAN {runner.box.calls(CANARY)}")
+        if not any(payload in w for w in words_of(runner.box)) and not _in_env(regs, payload):
+            problems.append(f"{path}={payload[:40]!r}: accepted, but reached no program whole")
+    assert not problems, "\n".join(problems)
+    # The sweep must have exercised both outcomes.
+    assert accepted and len(accepted) < len(paths) * len(PAYLOADS)
+
+
+def _names(line: str, path: str) -> bool:
+    """The issue line names the field (pydantic reports a list or dict at its own path)."""
+    field = line.split(" = ", 1)[0]
+    return path.startswith(field) or field.startswith(path)
+
+
+def _in_env(regs: dict[str, Registration], payload: str) -> bool:
+    """The value is one whole `KEY=VALUE` item of a container's env (docker API, no shell)."""
+    for reg in regs.values():
+        if reg.type == "docker:index/container:Container":
+            if any(str(e).endswith(f"={payload}") for e in reg.plain("envs") or []):
+                return True
+    return False
+
+
+def test_the_sandbox_catches_a_payload_pasted_into_a_command(tmp_path: Path) -> None:
+    """The checks above can fail: a value pasted inside quotes by hand runs the canary, and
+    an ssh line that puts the user before the host reads a hostile user as an option."""
+    box = sandbox.Sandbox(tmp_path)
+    box.run(["bash", "-c", f"echo 'image {PAYLOADS[0]} is missing' >&2"])
+    assert box.calls(CANARY)
+    box.run(["ssh", f"-oProxyCommand={CANARY}@h", "true"])
+    assert box.calls("ssh")[-1][1] == f"-oProxyCommand={CANARY}@h"  # an option, not a host
+    box.log.unlink()
+    box.run(SshTarget(f"-oProxyCommand={CANARY}", "h", 22, SshOptions()).argv("true"))
+    assert box.calls("ssh")[-1][-3:] == ["--", "h", "true"]  # the user is -l's value
+    assert not box.calls(CANARY)
+
+
+# --- the seeded fuzz ---------------------------------------------------------------------
+
+FUZZ_CASES = 300
+
+
+def _mutations(base: dict[str, Any], rng: random.Random) -> Iterator[dict[str, Any]]:
+    values: list[Any] = [
+        *PAYLOADS, "", " ", "-", "..", "/", "~/x", "a" * 300, 0, -1, 2**63, 1.5, float("nan"),
+        True, None, [], {}, ["x"], {"k": "v"}, "spark-1", "10.0.0.1", "ssh-ed25519 AAAA",
+    ]  # fmt: skip
+    for _ in range(FUZZ_CASES):
+        raw = copy.deepcopy(base)
+        for _ in range(rng.choice((1, 1, 2, 3))):
+            kind = rng.random()
+            path = rng.choice(list(_all_paths(raw)) or ["head"])
+            try:
+                if kind < 0.75:
+                    raw = set_path(raw, path, rng.choice(values))
+                elif kind < 0.85:
+                    raw = _delete(raw, path)
+                elif kind < 0.95:
+                    raw = set_path(raw, rng.choice(OPTIONAL), rng.choice(values))
+                else:
+                    raw = set_path(raw, path.rsplit(".", 1)[0] + ".unknown_key", "x")
+            except (KeyError, IndexError, TypeError, AttributeError):
+                continue  # an earlier mutation removed the way there
+        yield raw
+
+
+def _all_paths(raw: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            yield from _all_paths(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(raw, list):
+        for i, v in enumerate(raw):
+            yield from _all_paths(v, f"{prefix}[{i}]")
+    if prefix and prefix not in ("ssh_private_key",):
+        yield prefix
+
+
+def _delete(raw: dict[str, Any], path: str) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    parts = _parts(path)
+    node: Any = out
+    for p in parts[:-1]:
+        node = node[p]
+    del node[parts[-1]]
+    return out
+
+
+def test_seeded_fuzz_of_the_spark_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(20261203)
+    runner = Runner(sandbox.Sandbox(tmp_path / "box"), monkeypatch)
+    refused = accepted = 0
+    for i, raw in enumerate(_mutations(stack_raw("spark"), rng)):
+        runner.box.log.unlink(missing_ok=True)
+        monitor = run_main(raw, "spark")
+        error = monitor.error  # type: ignore[attr-defined]
+        shown = json.dumps(raw, default=str)[:1500]
+        if isinstance(error, pulumi.RunError):
+            refused += 1
+            text = str(error)
+            assert "nothing was deployed" in text and ". Fix: " in text, (i, text[:500], shown)
+            assert monitor.registrations == {}, (i, text[:300])
+            continue
+        assert error is None, f"mutation {i}: {type(error).__name__}: {error}\n{shown}"
+        accepted += 1
+        runner.run_all(monitor.registrations, mode="absent")
+        assert not runner.box.calls(CANARY), (i, runner.box.calls(CANARY), shown)
+    print(f"fuzz: {refused} refused, {accepted} accepted")
+    assert refused > 0 and accepted > 0, (refused, accepted)

@@ -10,8 +10,8 @@ found under --expect-no-changes.
 from __future__ import annotations
 
 import argparse
-import re
 import json
+import re
 import sys
 from pathlib import Path
 

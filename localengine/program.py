@@ -4,9 +4,12 @@ JSON), and the secret keys named."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import pickle
 import runpy
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +60,23 @@ def stack_config(
     return values, secrets
 
 
+@contextlib.contextmanager
+def own_process_pickler() -> Iterator[None]:
+    """As if the program ran in a process of its own (as the Python language host runs it).
+
+    pulumi.dynamic's serialize_provider patches pickle's pure-Python Pickler for every
+    dynamic resource and never undoes it: each patch wraps the one before. Harmless in a
+    fresh process per program; the local engine runs programs in-process, one after
+    another, where the wrappers would pile up until RecursionError. The patch is undone
+    after each run."""
+    saved = {k: pickle._Pickler.__dict__[k] for k in ("_batch_setitems", "save_dict")}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(pickle._Pickler, key, value)
+
+
 def run_program(
     project_dir: Path,
     stack: str,
@@ -84,4 +104,5 @@ def run_program(
         root.register_outputs(outputs)
         return pulumi.Output.from_input(True)
 
-    program()
+    with own_process_pickler():
+        program()

@@ -116,8 +116,10 @@ def extra_args_problems(args: list[str]) -> list[tuple[int, str, str]]:
             out.append(
                 (
                     i,
-                    "a flag and its value in one word, which vLLM reads as a stray "
-                    "positional argument and stops",
+                    (
+                        "a flag and its value in one word, which vLLM reads as a stray "
+                        "positional argument and stops"
+                    ),
                     "give one argv word per list item, e.g. ['--max-num-seqs', '8']",
                 )
             )

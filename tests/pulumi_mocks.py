@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.deployment import deploy
+from localengine.program import own_process_pickler
 from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
 from localengine.wire import plain as unwrap_secrets
@@ -44,7 +45,8 @@ def apply_program(
     def run() -> pulumi.Output[Any]:
         return pulumi.Output.from_input(dict(program())).apply(resolved.update)
 
-    run()
+    with own_process_pickler():
+        run()
     return resolved
 
 

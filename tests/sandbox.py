@@ -3,10 +3,11 @@
 Every program a node command could start that would touch docker, the network or the
 node (docker, ssh, vllm, ray, python3, sudo, curl, tar, ip, ping, nvidia-smi ...) is a
 stub that appends its argv to a log and exits 0, or 1 (see `Sandbox.run`'s modes), so a
-script's error branches run too. `ssh` is a stub that parses its options as OpenSSH's getopt does, logs
-them, and runs the remote command the way sshd does: its words joined by spaces, under
-bash, in this same sandbox. A few harmless text tools (cat, mktemp, sha256sum, awk ...) are
-the real ones, so scripts run as far as they would on a node.
+script's error branches run too. `ssh` is a stub that parses its options as OpenSSH's
+getopt does, logs them, and runs the remote command the way sshd does: its words joined by
+spaces, under bash, in this same sandbox. A few harmless text tools (cat, mktemp,
+sha256sum, awk ...) are the real ones, so scripts run as far as they would on a node.
+Everything runs in a network namespace of its own: nothing can reach any address.
 
 The canary: `pwned` is a stub too, and every hostile value in the tests runs it if it is
 ever executed as a command; `Sandbox.calls("pwned")` must stay empty.
@@ -44,6 +45,7 @@ def available() -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return "the stub sandbox needs `unshare --net` (root): no network namespace here"
     return None
+
 
 _STUB = f"""#!/bin/bash
 {{ printf '%s{FIELD}' "${{0##*/}}" "$@"; printf '{RECORD}'; }} >> "$SANDBOX_LOG"

@@ -11,7 +11,9 @@ entrypoint and command. The ssh stub runs the remote words under bash as sshd wo
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import itertools
 import json
 import random
 import re
@@ -29,7 +31,6 @@ from localengine.providers import docker as docker_provider
 from localengine.providers.command import CommandProvider
 from sparkvllm.config import ConfigError, StackConfig, load_stack_config
 from sparkvllm.specs.ssh import SshOptions, SshTarget
-from sparkvllm.workstation import prepare_ssh_access
 from tests import sandbox
 from tests.conftest import ROOT, TEST_PRIVATE_KEY, stack_file
 from tests.pulumi_mocks import NodeAnswers, RecordingMonitor, Registration, apply_program
@@ -91,7 +92,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     out = copy.deepcopy(raw)
     parts = _parts(path)
     node: Any = out
-    for here, nxt in zip(parts, parts[1:], strict=False):
+    for here, nxt in itertools.pairwise(parts):
         if isinstance(node, dict) and here not in node:
             node[here] = [] if isinstance(nxt, int) else {}
         node = node[here]
@@ -154,10 +155,8 @@ class Runner:
 
 def _tolerate(fn: Any, *args: Any) -> None:
     """Commands fail against stubs; only what they ran matters here."""
-    try:
+    with contextlib.suppress(Exception):
         fn(*args)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def run_main(raw: dict[str, Any], stack: str) -> RecordingMonitor:
@@ -171,7 +170,7 @@ def run_main(raw: dict[str, Any], stack: str) -> RecordingMonitor:
     monitor.error = None  # type: ignore[attr-defined]
     try:
         apply_program(_main, answers, stack=stack, monitor=monitor)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         monitor.error = e  # type: ignore[attr-defined]
     finally:
         runtime_config.set_all_config({}, [])
@@ -245,9 +244,9 @@ def _names(line: str, path: str) -> bool:
 def _in_env(regs: dict[str, Registration], payload: str) -> bool:
     """The value is one whole `KEY=VALUE` item of a container's env (docker API, no shell)."""
     for reg in regs.values():
-        if reg.type == "docker:index/container:Container":
-            if any(str(e).endswith(f"={payload}") for e in reg.plain("envs") or []):
-                return True
+        envs = reg.plain("envs") or [] if reg.type.endswith("container:Container") else []
+        if any(str(e).endswith(f"={payload}") for e in envs):
+            return True
     return False
 
 

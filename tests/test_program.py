@@ -64,3 +64,15 @@ def test_bad_config_registers_nothing(
     with pytest.raises(pulumi.RunError, match=message):
         apply_program(_main, answers, stack="spark", monitor=monitor)
     assert monitor.registrations == {}
+
+
+def test_runs_leave_the_process_as_they_found_it(spark_raw: dict[str, Any]) -> None:
+    """pulumi.dynamic patches pickle's Pickler for each dynamic resource and never undoes
+    it (harmless in a process per program); runs in one process must not pile it up."""
+    import pickle
+
+    before = pickle._Pickler.__dict__["_batch_setitems"]
+    _set_pulumi_config(spark_raw, secret=["ssh_private_key"])
+    answers = NodeAnswers(load_stack_config(spark_raw))
+    apply_program(_main, answers, stack="spark", monitor=RecordingMonitor(answers))
+    assert pickle._Pickler.__dict__["_batch_setitems"] is before

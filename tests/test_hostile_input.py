@@ -104,16 +104,21 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def string_paths(raw: Any, prefix: str = "") -> Iterator[str]:
-    """Every string leaf of the raw config (list items by index, dict values by key)."""
+def tree(raw: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(path, value) of every place in the raw config: containers and leaves (list items by
+    index, dict values by key); the SSH key is never touched."""
     if isinstance(raw, dict):
         for k, v in raw.items():
-            yield from string_paths(v, f"{prefix}.{k}" if prefix else str(k))
+            yield from tree(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(raw, list):
         for i, v in enumerate(raw):
-            yield from string_paths(v, f"{prefix}[{i}]")
-    elif isinstance(raw, str) and prefix not in ("ssh_private_key", "api_key"):
-        yield prefix
+            yield from tree(v, f"{prefix}[{i}]")
+    if prefix and prefix != "ssh_private_key":
+        yield prefix, raw
+
+
+def string_paths(raw: dict[str, Any]) -> Iterator[str]:
+    return (path for path, v in tree(raw) if isinstance(v, str) and path != "api_key")
 
 
 # --- running what the program registered -------------------------------------------------
@@ -278,7 +283,7 @@ def _mutations(base: dict[str, Any], rng: random.Random) -> Iterator[dict[str, A
         raw = copy.deepcopy(base)
         for _ in range(rng.choice((1, 1, 2, 3))):
             kind = rng.random()
-            path = rng.choice(list(_all_paths(raw)) or ["head"])
+            path = rng.choice([path for path, _ in tree(raw)] or ["head"])
             try:
                 if kind < 0.75:
                     raw = set_path(raw, path, rng.choice(values))
@@ -291,17 +296,6 @@ def _mutations(base: dict[str, Any], rng: random.Random) -> Iterator[dict[str, A
             except (KeyError, IndexError, TypeError, AttributeError):
                 continue  # an earlier mutation removed the way there
         yield raw
-
-
-def _all_paths(raw: Any, prefix: str = "") -> Iterator[str]:
-    if isinstance(raw, dict):
-        for k, v in raw.items():
-            yield from _all_paths(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(raw, list):
-        for i, v in enumerate(raw):
-            yield from _all_paths(v, f"{prefix}[{i}]")
-    if prefix and prefix not in ("ssh_private_key",):
-        yield prefix
 
 
 def _delete(raw: dict[str, Any], path: str) -> dict[str, Any]:

@@ -16,7 +16,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# The venv is made from the python3 on PATH: 3.11 to 3.14, the Pythons the pinned Ray and
+# Pulumi publish wheels for (pyproject.toml requires-python).
 if [ ! -x .venv/bin/python ]; then
+  if ! python3 -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 14))'; then
+    echo "setup: python3 is $(python3 -V 2>&1); the venv needs Python 3.11 to 3.14" \
+      "(put one first on PATH)" >&2
+    exit 1
+  fi
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q -r requirements.txt

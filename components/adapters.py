@@ -1,9 +1,11 @@
 """Spec -> resource adapters shared by the components: the only place that maps a
-CommandSpec to a remote.Command and a ContainerSpec to a docker.Container."""
+CommandSpec to a remote.Command and a ContainerSpec to a docker.Container (each named by
+its spec), and the one way to hold a resource back until a check passed (`gated`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import pulumi
 import pulumi_command as command
@@ -11,6 +13,8 @@ import pulumi_docker as docker
 
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
+
+R = TypeVar("R", bound=pulumi.Resource)
 
 
 def go_duration(seconds: int) -> str:
@@ -25,6 +29,12 @@ def go_duration(seconds: int) -> str:
     return f"{s}s"
 
 
+def gated(check: pulumi.Output[Any], resource: R) -> pulumi.Output[R]:
+    """`resource`, resolved only once `check` resolved: depend on it to run after the check
+    passed (an apply that raised blocks everything that waits on it)."""
+    return check.apply(lambda _: resource)
+
+
 def remote_command(
     spec: CommandSpec,
     *,
@@ -33,15 +43,14 @@ def remote_command(
     secrets: Mapping[str, pulumi.Output[str]],
     depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
     triggers: Sequence[pulumi.Input[object]] | None = None,
-    resource_name: str,
 ) -> command.remote.Command:
-    """A remote.Command for `spec`; a `stdin_secret` is looked up in `secrets`."""
+    """A remote.Command named `spec.name`; a `stdin_secret` is looked up in `secrets`."""
     stdin: pulumi.Input[str] | None = spec.stdin
     if spec.stdin_secret is not None:
         stdin = secrets[spec.stdin_secret]
     timeout = f"{spec.timeout_s}s"
     return command.remote.Command(
-        resource_name,
+        spec.name,
         connection=connection,
         create=spec.shell_command,
         delete=spec.shell_delete,
@@ -60,15 +69,14 @@ def remote_command(
 def container(
     spec: ContainerSpec,
     *,
-    image_id: pulumi.Input[str],
+    image: pulumi.Input[str],
     provider: docker.Provider,
     parent: pulumi.Resource,
     depends_on: Sequence[pulumi.Input[pulumi.Resource]] = (),
     secret_env: Mapping[str, pulumi.Output[str]] | None = None,
     extra_labels: Mapping[str, pulumi.Input[str]] | None = None,
-    resource_name: str,
 ) -> docker.Container:
-    """A docker.Container on the node's provider for `spec`.
+    """A docker.Container named `spec.resource_name` on the node's provider.
 
     Fixed container names mean a replacement must delete first (delete_before_replace).
     """
@@ -80,9 +88,9 @@ def container(
         env.append(pulumi.Output.secret(pulumi.Output.concat(key, "=", value)))
     hc = spec.healthcheck
     return docker.Container(
-        resource_name,
+        spec.resource_name,
         name=spec.name,
-        image=image_id,
+        image=image,
         command=list(spec.command),
         entrypoints=list(spec.entrypoint) if spec.entrypoint else None,
         envs=env,

@@ -1,7 +1,8 @@
 """The graph: GB10Node xN -> SyncedImage -> RayHead -> RayWorker x(N-1) -> ModelServer.
 
-`deploy` registers every resource of a validated config and returns the stack outputs
-(a function, so tests under Pulumi's mocks can inspect them)."""
+`deploy` builds each component's plan from a validated config (sparkvllm/specs/plans.py),
+registers the components on them, and returns the stack outputs (a function, so tests
+under Pulumi's mocks can inspect them)."""
 
 from __future__ import annotations
 
@@ -16,63 +17,55 @@ from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
-from sparkvllm.specs import containers, versions
+from sparkvllm.specs import plans, versions
 from sparkvllm.workstation import SshAccess, workstation_versions
 
 
-def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
-    for warning in containers.exposure_warnings(cfg):
+def deploy(
+    cfg: StackConfig, stack: str, access: SshAccess, parent: pulumi.Resource | None = None
+) -> dict[str, Any]:
+    """Register the deployment (under `parent`, a SparkVllmCluster, when given) and return
+    its outputs."""
+    # Each part keeps the URN it had as a top-level resource (before the cluster component
+    # existed): an alias to "no parent"; their children inherit it (the engine's
+    # inheritedChildAlias), so an existing stack changes nothing.
+    top = pulumi.ResourceOptions(parent=parent, aliases=[pulumi.Alias(parent=None)])
+    for warning in plans.warnings(cfg):
         pulumi.log.warn(warning)
-    private_key = pulumi.Output.secret(access.private_key)
     api_key = (
         pulumi.Output.secret(cfg.api_key.get_secret_value()) if cfg.api_key is not None else None
     )
-    nodes = {
-        n.name: GB10Node(
-            n.name,
-            GB10NodeArgs(cfg=cfg, node=n, access=access, private_key=private_key),
+    nodes = {}
+    for n in cfg.nodes:
+        node_plan = plans.node(
+            cfg,
+            n,
+            host_key=access.host_keys.get(n.name),
+            identity_ref=access.identity_ref_of(n.name),
+            known_hosts_ref=access.node_known_hosts_ref(n.name),
+            control_dir_ref=access.control_dir_ref,
+            token_file=access.hf_token_ref,
+            jump_host_key=access.jump_host_keys.get(n.name),
         )
-        for n in cfg.nodes
-    }
-    image = SyncedImage(
-        "image",
-        SyncedImageArgs(cfg=cfg, nodes=nodes, host_keys=access.host_keys),
-    )
-    weights = ModelWeights(
-        "model",
-        ModelWeightsArgs(cfg=cfg, nodes=nodes, image=image, host_keys=access.host_keys),
-    )
-    head = RayHead(
-        "ray-head",
-        RayHeadArgs(cfg=cfg, stack=stack, node=nodes[cfg.head], image=image),
-    )
-    workers = [
-        RayWorker(
-            f"ray-worker-{n.name}",
-            RayWorkerArgs(
-                cfg=cfg,
-                stack=stack,
-                node_config=n,
-                node=nodes[n.name],
-                image=image,
-                head=head,
-            ),
+        key = pulumi.Output.secret(access.key_of(n.name))  # the node's own, else the stack's
+        nodes[n.name] = GB10Node(node_plan.name, GB10NodeArgs(node_plan, key), top)
+    image_plan = plans.image(cfg, access.host_keys)
+    image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes), top)
+    weights_plan = plans.model_weights(cfg, access.host_keys, access.hf_token_ref)
+    weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
+    head_plan = plans.ray_head(cfg, stack)
+    head = RayHead(head_plan.name, RayHeadArgs(head_plan, nodes[cfg.head], image), top)
+    workers = []
+    for n in cfg.worker_nodes:
+        worker_plan = plans.ray_worker(cfg, stack, n)
+        workers.append(
+            RayWorker(worker_plan.name, RayWorkerArgs(worker_plan, nodes[n.name], image, head), top)
         )
-        for n in cfg.worker_nodes
-    ]
+    server_plan = plans.model_server(cfg, stack)
     server = ModelServer(
-        "model-server",
-        ModelServerArgs(
-            cfg=cfg,
-            stack=stack,
-            node=nodes[cfg.head],
-            image=image,
-            head=head,
-            workers=workers,
-            weights=weights,
-            nodes=nodes,
-            api_key=api_key,
-        ),
+        server_plan.name,
+        ModelServerArgs(server_plan, nodes, image, head, workers, weights, api_key),
+        top,
     )
     return {
         "endpoint": server.endpoint,
@@ -94,8 +87,23 @@ def deploy(cfg: StackConfig, stack: str, access: SshAccess) -> dict[str, Any]:
             "weights_manifest": weights.manifest,
         },
         "nodes": {name: node.facts for name, node in nodes.items()},
+        "nccl": pulumi.Output.all(
+            image.versions, {n: node.facts for n, node in nodes.items()}, server.health
+        ).apply(lambda v: _nccl(*v)),
         "ray_client": image.versions.apply(_ray_client),
     }
+
+
+def _nccl(
+    agreed: dict[str, str], facts: dict[str, dict[str, object]], health: dict[str, object]
+) -> dict[str, Any]:
+    hosts = {n: str(f.get("nccl_host") or "") for n, f in facts.items()}
+    report = versions.nccl_report(
+        agreed.get("nccl", ""), hosts, str(health.get("nccl_transport", "unknown"))
+    )
+    for warning in report["warnings"]:
+        pulumi.log.warn(warning)
+    return report
 
 
 def _ray_client(cluster: dict[str, str]) -> dict[str, object]:

@@ -9,109 +9,85 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.adapters import remote_command
-from components.node_step import Reach
-from sparkvllm.config import NodeConfig, StackConfig
-from sparkvllm.specs.commands import CommandSpec
-from sparkvllm.specs.facts import (
-    PreflightError,
-    check_facts,
-    check_links,
-    facts_command,
-    links_command,
-    parse_facts,
-    warnings_for,
-)
-from sparkvllm.specs.ssh import docker_host, docker_ssh_opts
-from sparkvllm.workstation import SshAccess
+from components.adapters import gated
+from components.node_step import NodeStep, Reach
+from sparkvllm.specs.plans import NodePlan
 
 
 @dataclass(frozen=True)
 class GB10NodeArgs:
-    cfg: StackConfig
-    node: NodeConfig
-    access: SshAccess
+    plan: NodePlan
     private_key: pulumi.Output[str]
 
 
 class GB10Node(pulumi.ComponentResource):
     """A node. Outputs: `facts` (validated dict), `provider` (docker over ssh),
-    `connection` (for remote commands, secret), `reach` (for NodeSteps), `preflight` (the
+    `connection` (for remote commands, secret), `reach` (for NodeSteps), `checked` (the
     facts command, resolved only once the facts passed: depend on it to run after a good
     preflight)."""
 
     facts: pulumi.Output[dict[str, object]]
-    preflight: pulumi.Output[pulumi.Resource]
+    checked: pulumi.Output[pulumi.Resource]
 
     def __init__(self, name: str, args: GB10NodeArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("sparkvllm:index:GB10Node", name, None, opts)
-        node = args.node
-        self.node = node
+        super().__init__(NodePlan.TYPE, name, None, opts)
+        plan = args.plan
+        access = plan.access
+        jump = access.jump
         self.connection = command.remote.ConnectionArgs(
-            host=node.ssh.host,
-            port=float(node.ssh.port),
-            user=node.ssh.user,
+            host=access.host,
+            port=float(access.port),
+            user=access.user,
             private_key=args.private_key,
-            host_key=args.access.host_keys.get(node.name),
+            host_key=access.host_key,
             dial_error_limit=5,
             per_dial_timeout=15,
-        )
-        access = args.access
+            # pulumi-command dials the jump host, then the node from it (the node's key).
+            proxy=command.remote.ProxyConnectionArgs(
+                host=jump.host, port=float(jump.port), user=jump.user,
+                private_key=args.private_key, host_key=jump.host_key,
+                dial_error_limit=5, per_dial_timeout=15,
+            )
+            if jump is not None
+            else None,
+        )  # fmt: skip
         # How the node's read-back steps reach it from the workstation (no secret inside).
         self.reach = Reach(
-            host=node.ssh.host,
-            port=node.ssh.port,
-            user=node.ssh.user,
-            host_key=access.host_keys.get(node.name),
+            host=access.host,
+            port=access.port,
+            user=access.user,
+            host_key=access.host_key,
             identity_file=access.identity_ref,
+            jump=jump,
         )
         self.provider = docker.Provider(
             f"{name}-docker",
-            host=docker_host(node),
-            ssh_opts=docker_ssh_opts(
-                node,
-                access.identity_ref,
-                access.node_known_hosts_ref(node.name),
-                access.control_dir_ref,
-            ),
+            host=access.docker_host,
+            ssh_opts=list(access.docker_ssh_opts),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        facts_cmd = remote_command(
-            CommandSpec(
-                name="facts",
-                node=node.name,
-                create=facts_command(args.cfg, node),
-                timeout_s=120,
-            ),
-            connection=self.connection,
-            parent=self,
-            secrets={},
-            resource_name=f"{name}-facts",
-        )
-        cfg = args.cfg
-        links_cmd = remote_command(
-            CommandSpec(
-                name="links", node=node.name, create=links_command(cfg, node), timeout_s=120
-            ),
-            connection=self.connection,
-            parent=self,
-            secrets={},
-            resource_name=f"{name}-links",
+        # The preflight: each step judged in its own create (a failed one records nothing,
+        # so the next `up` checks again); links after the facts (the netdev is there).
+        mine = pulumi.ResourceOptions(parent=self)
+        facts_step = NodeStep(plan.facts, reach=self.reach, check=plan.facts_check, opts=mine)
+        links_step = NodeStep(
+            plan.links, reach=self.reach, check=plan.links_check,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[facts_step]),
+        )  # fmt: skip
+        hub_step = (
+            [NodeStep(plan.hub, reach=self.reach, stdin_file=plan.token_file, opts=mine)]
+            if plan.hub is not None
+            else []
         )
 
         def validated(outs: list[str]) -> dict[str, object]:
-            facts = parse_facts(outs[0])
-            problems = check_facts(cfg, node, facts)
-            link_problems, link_warnings = (
-                check_links(cfg, node, outs[1]) if facts.netdev_present else ([], [])
-            )
-            problems += link_problems
-            if problems:
-                raise PreflightError("preflight failed:\n  - " + "\n  - ".join(problems))
-            for w in warnings_for(node, facts) + link_warnings:
+            facts, warnings = plan.verdict(outs[0], outs[1])
+            for w in warnings:
                 pulumi.log.warn(w, resource=self)
-            return facts.as_output()
+            return facts
 
-        self.facts = pulumi.Output.all(facts_cmd.stdout, links_cmd.stdout).apply(validated)
-        self.preflight = self.facts.apply(lambda _: facts_cmd)
+        self.facts = pulumi.Output.all(
+            facts_step.stdout, links_step.stdout, *(s.stdout for s in hub_step)
+        ).apply(validated)
+        self.checked = gated(self.facts, facts_step)
         self.register_outputs({"facts": self.facts})

@@ -16,21 +16,19 @@ from components.node_step import NodeStep
 from components.ray_head import RayHead
 from components.ray_worker import RayWorker
 from components.synced_image import SyncedImage
-from sparkvllm.config import StackConfig
-from sparkvllm.specs import commands, containers
+from sparkvllm.specs import containers
 from sparkvllm.specs.health import health_report
+from sparkvllm.specs.plans import ServerPlan
 
 
 @dataclass(frozen=True)
 class ModelServerArgs:
-    cfg: StackConfig
-    stack: str
-    node: GB10Node
+    plan: ServerPlan
+    nodes: Mapping[str, GB10Node]
     image: SyncedImage
     head: RayHead
     workers: Sequence[RayWorker]
     weights: ModelWeights
-    nodes: Mapping[str, GB10Node]
     api_key: pulumi.Output[str] | None
 
 
@@ -47,81 +45,73 @@ class ModelServer(pulumi.ComponentResource):
         args: ModelServerArgs,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        super().__init__("sparkvllm:index:ModelServer", name, None, opts)
-        cfg = args.cfg
+        super().__init__(ServerPlan.TYPE, name, None, opts)
+        plan = args.plan
+        spec = plan.container
+        node = args.nodes[spec.node]
         cluster = [args.head.container, *(w.container for w in args.workers)]
         # Ray's membership, read back by refresh: a restarted head or node (new raylets)
         # or a replaced Ray container re-runs the wait, and its new generation replaces
         # the server (vLLM's Ray workers died with the old raylets).
         ray_ready = NodeStep(
-            f"{name}-ray-ready",
-            commands.ray_ready(cfg, args.stack),
-            reach=args.node.reach,
+            plan.ray_ready,
+            reach=node.reach,
             triggers=[c.id for c in cluster],
             opts=pulumi.ResourceOptions(parent=self, depends_on=cluster),
         )
         # The server answering, read back by refresh: a stopped or hung server (running,
         # /health failing) replaces the guard, whose new generation replaces the server.
         guard = NodeStep(
-            f"{name}-guard",
-            commands.server_guard(cfg, args.stack),
-            reach=args.node.reach,
+            plan.guard,
+            reach=node.reach,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ray_ready]),
         )
-        spec = containers.model_server(cfg, args.stack)
         self.spec = spec
         # Unified memory: free the page cache on every node right before vLLM measures
         # free memory; re-run whenever the server's command changes.
         drops = [
             remote_command(
-                commands.drop_page_cache(n),
-                connection=args.nodes[n.name].connection,
+                drop,
+                connection=args.nodes[drop.node].connection,
                 parent=self,
                 secrets={},
                 depends_on=[ray_ready],
                 triggers=[json.dumps([spec.command, spec.env], sort_keys=True)],
-                resource_name=f"{name}-drop-caches-{n.name}",
             )
-            for n in cfg.nodes
-            if cfg.drop_page_cache
+            for drop in plan.drop_caches
         ]
         self.container = container(
             spec,
-            image_id=cfg.image.ref,
-            provider=args.node.provider,
+            image=args.image.ref,
+            provider=node.provider,
             parent=self,
             depends_on=[
                 ray_ready,
                 guard,
                 *drops,
-                *args.weights.complete,
-                *args.image.ready_on(cfg.head),
+                *args.weights.checked,
+                *args.image.ready_on(spec.node),
             ],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             extra_labels={
                 containers.RAY_CLUSTER_LABEL: ray_ready.generation,
                 containers.GUARD_LABEL: guard.generation,
             },
-            resource_name=f"{name}-container",
         )
         ready = remote_command(
-            commands.server_ready(cfg, args.stack),
-            connection=args.node.connection,
+            plan.ready,
+            connection=node.connection,
             parent=self,
             secrets={},
             depends_on=[self.container],
             triggers=[self.container.id],
-            resource_name=f"{name}-health",
         )
-        host = cfg.endpoint_host or cfg.head_node.ssh.host
-        self.endpoint = pulumi.Output.from_input(f"http://{host}:{cfg.ports.api}/v1")
+        self.endpoint = pulumi.Output.from_input(plan.endpoint)
         self.ray_members = ray_ready.stdout
-        served = cfg.model.name_for_clients
-        rdma = any(n.cluster_link.roce_hcas for n in cfg.nodes)
 
         def report(outs: list[str]) -> dict[str, object]:
-            health = health_report(outs[0], outs[1], served)
-            if rdma and health["nccl_transport"] == "socket":
+            health = health_report(outs[0], outs[1], plan.served_name)
+            if plan.rdma and health["nccl_transport"] == "socket":
                 pulumi.log.warn(
                     "NCCL fell back to TCP sockets (NET/Socket) although roce_hcas are set: "
                     "check /dev/infiniband in the containers, NCCL_IB_HCA and the RoCE links",

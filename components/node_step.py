@@ -10,9 +10,14 @@ NodeStep, whose lifecycle is:
   now (`observed`); nothing on the node changes;
 - diff replaces the step when what defines it changed (`create`, `stdin`, `triggers`, the
   node) or when the last read found the node no longer as the step left it (`observed` !=
-  `expected`); a new SSH key or user changes nothing (they are not inputs: the key is read
-  from the workstation's identity file at call time);
-- delete runs the step's undo, if it has one.
+  `expected`); a new SSH key changes nothing (the key is read from the workstation's
+  identity file at call time); a new user, host key, key file or jump host is recorded by
+  an update that runs nothing (a refresh reads the step back with what the state holds);
+- delete runs the step's undo, if it has one;
+- a check step (a preflight: no `read`) is judged by the provider's `judge` on what it
+  printed; a failing one raises in create, so nothing is recorded and the next `up` runs
+  it again (a judgement in an apply of the program would leave the failed output recorded,
+  read back unchanged by every later run).
 
 Downstream resources take `generation` (known in preview unless the step is replaced), so
 re-running a step re-creates what was built on it, and nothing else.
@@ -23,22 +28,36 @@ from __future__ import annotations
 import json
 import shlex
 import uuid
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
 
 from sparkvllm.remote import ConnectionFiles, run_ssh
-from sparkvllm.specs.commands import CommandSpec, parse_kv
-from sparkvllm.specs.health import last_json
+from sparkvllm.specs.commands import CommandSpec
+from sparkvllm.specs.output import key_values, last_json
+from sparkvllm.specs.plans import JumpAccess
 from sparkvllm.specs.ssh import SshTarget
 
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
 # not: a new read command changes no plan, and is recorded when the step next runs.
 _DEFINING = ("create", "stdin", "stdin_identity", "state_key", "triggers", "host", "port",
              "read_host", "read_port")  # fmt: skip
+# How the node is reached (user, host key, key file, jump host): a change re-runs nothing,
+# but it is recorded (an update that runs no command), because a refresh reads the step
+# back with what the state holds: a node moved behind a bastion is read through it.
+_ACCESS = ("user", "host_key", "identity_file", "jump", "read_user", "read_host_key",
+           "read_jump", "read_identity_file", "stdin_file")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,13 +69,28 @@ class Reach:
     user: str
     host_key: str | None
     identity_file: str  # may start with ~ (expanded at call time)
+    jump: JumpAccess | None = None  # the jump host the node is reached through, if any
 
     def target(self) -> SshTarget:
-        base = _FILES.target(
-            {"host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key}
-        )
-        identity = str(Path(self.identity_file).expanduser())
-        return replace(base, options=replace(base.options, identity=identity))
+        conn: dict[str, Any] = {
+            "host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key
+        }  # fmt: skip
+        if (j := self.jump) is not None:
+            conn["proxy"] = {"host": j.host, "port": j.port, "user": j.user, "hostKey": j.host_key}
+        return _FILES.target(conn, key_file=str(Path(self.identity_file).expanduser()))
+
+    def props(self, prefix: str = "") -> dict[str, Any]:
+        """The reach as step inputs (`read_` ones for the read node); the jump and a read
+        node's own key only when there are (an existing step's inputs stay as they were)."""
+        out: dict[str, Any] = {
+            f"{prefix}host": self.host,
+            f"{prefix}port": self.port,
+            f"{prefix}user": self.user,
+            f"{prefix}host_key": self.host_key,
+        }
+        if (j := self.jump) is not None:
+            out[f"{prefix}jump"] = [j.host, j.port, j.user, j.host_key]
+        return out
 
 
 # Host keys as known_hosts files in a private temp directory of this process.
@@ -69,16 +103,20 @@ def state_value(stdout: str, key: str) -> str:
     if key.startswith("json:"):
         value = last_json(stdout).get(key.removeprefix("json:"), "")
         return json.dumps(sorted(value) if isinstance(value, list) else value)
-    return parse_kv(stdout).get(key, "")
+    return key_values(stdout).get(key, "")
 
 
 def _reach(props: dict[str, Any], prefix: str = "") -> Reach:
+    jump = props.get(f"{prefix}jump")
     return Reach(
         host=str(props[f"{prefix}host"]),
         port=int(props[f"{prefix}port"]),
         user=str(props[f"{prefix}user"]),
         host_key=props.get(f"{prefix}host_key") or None,
-        identity_file=str(props["identity_file"]),
+        identity_file=str(props.get(f"{prefix}identity_file") or props["identity_file"]),
+        jump=JumpAccess(str(jump[0]), int(jump[1]), str(jump[2]), jump[3] or None)
+        if jump
+        else None,
     )
 
 
@@ -87,7 +125,12 @@ def _run(
 ) -> str:
     reach = _reach(props, prefix)
     if props.get("stdin_identity") and stdin is None and not prefix:
-        stdin = Path(reach.identity_file).expanduser().read_text()
+        # The key of the node the step reaches from its own (the read node's).
+        stdin = Path(_reach(props, "read_").identity_file).expanduser().read_text()
+    if props.get("stdin_file") and stdin is None and not prefix:
+        # A secret the workstation wrote (the hf_token): absent when the stack has none.
+        secret = Path(str(props["stdin_file"])).expanduser()
+        stdin = secret.read_text() if secret.exists() else ""
     # A wait budget is passed at run time ($WAIT_S), so a new budget is not a new step.
     env = f"WAIT_S={int(props['wait_s'])} " if props.get("wait_s") and not prefix else ""
     result = run_ssh(
@@ -102,9 +145,18 @@ def _run(
 
 
 class NodeStepProvider(ResourceProvider):
+    def __init__(self, judge: Callable[[str], object] | None = None):
+        # Pickled with the provider (dill): a module function, or a partial of one over
+        # plain data without secrets. (Not `check`: that is the provider's Check.)
+        self.judge = judge
+
     def create(self, props: dict[str, Any]) -> CreateResult:
         stdout = _run(props, props["create"], props.get("stdin"), "", float(props["timeout_s"]))
-        expected = state_value(stdout, props["state_key"])
+        if self.judge is not None:
+            # Raises on what the node printed: a failed create records nothing, so the
+            # next `up` runs the step (a preflight) again.
+            self.judge(stdout)
+        expected = state_value(stdout, props["state_key"]) if props.get("state_key") else ""
         outs = {**props, "stdout": stdout, "expected": expected, "observed": expected,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
         return CreateResult(f"{props['step']}-{outs['generation']}", outs)
@@ -119,10 +171,13 @@ class NodeStepProvider(ResourceProvider):
         replaces = [k for k in _DEFINING if olds.get(k) != news.get(k)]
         if olds.get("observed") != olds.get("expected"):
             replaces.append("observed")
-        return DiffResult(changes=bool(replaces), replaces=replaces)
+        access = [k for k in _ACCESS if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(replaces or access), replaces=replaces)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> Any:
-        raise RuntimeError("a NodeStep is never updated in place (diff replaces or keeps it)")
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Only the access changed (diff replaces for anything else): record it; no
+        command runs on the node."""
+        return UpdateResult({**olds, **{k: news.get(k) for k in _ACCESS}})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         if props.get("delete"):
@@ -130,24 +185,31 @@ class NodeStepProvider(ResourceProvider):
 
 
 class NodeStep(Resource):
-    """A CommandSpec run on its node, read back by refresh. Outputs: `stdout`,
-    `expected`, `observed`, `generation`."""
+    """A CommandSpec run on its node, read back by refresh; named `spec.name`. Outputs:
+    `stdout`, `expected`, `observed`, `generation`.
+
+    A spec without `read` (and `state_key`) is a check: run at create, never read back.
+    `check` judges its output in the provider (raising fails the create: nothing recorded,
+    the next `up` runs it again)."""
 
     stdout: pulumi.Output[str]
     generation: pulumi.Output[str]
 
     def __init__(
         self,
-        resource_name: str,
         spec: CommandSpec,
         *,
         reach: Reach,
         read_reach: Reach | None = None,
         triggers: list[pulumi.Input[str]] | None = None,
+        stdin_file: str | None = None,
+        check: Callable[[str], object] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        if spec.read is None or spec.state_key is None:
-            raise ValueError(f"{spec.name}: a NodeStep needs a read command and a state key")
+        if (spec.read is None) != (spec.state_key is None):
+            raise ValueError(f"{spec.name}: a read command and a state key go together")
+        if spec.stdin_secret == "hf_token" and stdin_file is None:
+            raise ValueError(f"{spec.name}: its hf_token comes from a file: pass stdin_file")
         other = read_reach or reach
         props: dict[str, Any] = {
             "step": spec.name,
@@ -162,10 +224,13 @@ class NodeStep(Resource):
             "wait_s": spec.wait_s,
             "triggers": triggers or [],
             "identity_file": reach.identity_file,
-            "host": reach.host, "port": reach.port, "user": reach.user,
-            "host_key": reach.host_key,
-            "read_host": other.host, "read_port": other.port, "read_user": other.user,
-            "read_host_key": other.host_key,
+            **reach.props(),
+            **other.props("read_"),
             "stdout": None, "expected": None, "observed": None, "generation": None,
         }  # fmt: skip
-        super().__init__(NodeStepProvider(), resource_name, props, opts)
+        if other.identity_file != reach.identity_file:
+            props["read_identity_file"] = other.identity_file
+        if spec.stdin_secret == "hf_token":
+            # Where the secret is, not the secret: the value never enters the state.
+            props["stdin_file"] = stdin_file
+        super().__init__(NodeStepProvider(judge=check), spec.name, props, opts)

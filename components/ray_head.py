@@ -9,14 +9,12 @@ import pulumi
 from components.adapters import container
 from components.gb10_node import GB10Node
 from components.synced_image import SyncedImage
-from sparkvllm.config import StackConfig
-from sparkvllm.specs import containers
+from sparkvllm.specs.plans import RayHeadPlan
 
 
 @dataclass(frozen=True)
 class RayHeadArgs:
-    cfg: StackConfig
-    stack: str
+    plan: RayHeadPlan
     node: GB10Node
     image: SyncedImage
 
@@ -27,26 +25,21 @@ class RayHead(pulumi.ComponentResource):
     ports.ray_dashboard to it), `container_name`."""
 
     def __init__(self, name: str, args: RayHeadArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("sparkvllm:index:RayHead", name, None, opts)
-        cfg = args.cfg
-        spec = containers.ray_head(cfg, args.stack)
-        self.spec = spec
+        super().__init__(RayHeadPlan.TYPE, name, None, opts)
+        plan = args.plan
+        self.spec = plan.container
         self.container = container(
-            spec,
-            image_id=cfg.image.ref,
+            plan.container,
+            image=args.image.ref,
             provider=args.node.provider,
             parent=self,
             # Nothing starts before the image is on the node and known to implement the
             # model (the reference, not an ID read from a step: known in every preview).
-            depends_on=[args.node.preflight, *args.image.ready_on(cfg.head)],
-            resource_name=f"{name}-container",
+            depends_on=[args.node.checked, *args.image.ready_on(plan.container.node)],
         )
-        self.gcs_address = pulumi.Output.from_input(
-            f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
-        )
-        url, tunnel = containers.dashboard_access(cfg)
-        self.dashboard_url = pulumi.Output.from_input(url)
-        self.dashboard_tunnel = pulumi.Output.from_input(tunnel)
+        self.gcs_address = pulumi.Output.from_input(plan.gcs_address)
+        self.dashboard_url = pulumi.Output.from_input(plan.dashboard_url)
+        self.dashboard_tunnel = pulumi.Output.from_input(plan.dashboard_tunnel)
         self.container_name = self.container.name
         self.register_outputs(
             {

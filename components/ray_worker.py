@@ -10,15 +10,13 @@ from components.adapters import container
 from components.gb10_node import GB10Node
 from components.ray_head import RayHead
 from components.synced_image import SyncedImage
-from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs import containers
+from sparkvllm.specs.plans import RayWorkerPlan
 
 
 @dataclass(frozen=True)
 class RayWorkerArgs:
-    cfg: StackConfig
-    stack: str
-    node_config: NodeConfig
+    plan: RayWorkerPlan
     node: GB10Node
     image: SyncedImage
     head: RayHead
@@ -29,21 +27,20 @@ class RayWorker(pulumi.ComponentResource):
     head container exists (`ray start --address` retries until the GCS answers)."""
 
     def __init__(self, name: str, args: RayWorkerArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("sparkvllm:index:RayWorker", name, None, opts)
-        spec = containers.ray_worker(args.cfg, args.stack, args.node_config)
-        self.spec = spec
+        super().__init__(RayWorkerPlan.TYPE, name, None, opts)
+        plan = args.plan
+        self.spec = plan.container
         self.container = container(
-            spec,
-            image_id=args.cfg.image.ref,
+            plan.container,
+            image=args.image.ref,
             provider=args.node.provider,
             parent=self,
             depends_on=[
-                args.node.preflight,
+                args.node.checked,
                 args.head.container,
-                *args.image.ready_on(args.node_config.name),
+                *args.image.ready_on(plan.container.node),
             ],
             extra_labels={containers.HEAD_LABEL: args.head.container.id},
-            resource_name=f"{name}-container",
         )
         self.container_name = self.container.name
         self.register_outputs({"container_name": self.container_name})

@@ -5,35 +5,28 @@ anything else happens (so a wrong image is never streamed or started); streamed
 node-to-node over the cluster link; each node's copy compared by fingerprint and by its
 Python/Ray/vLLM/torch versions. The obtain and stream steps are NodeSteps: a refresh reads
 each node's fingerprint back, so an image removed or replaced under the same tag on a node
-re-runs that node's stream on the next `up`. Containers run the image by its reference and
-wait for `ready_on(node)`, which resolves only when every check passed.
+re-runs that node's stream on the next `up`. Containers run the image by its reference
+(`ref`) and wait for `ready_on(node)`, which resolves only when every check passed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 
-from components.adapters import remote_command
+from components.adapters import gated, remote_command
 from components.gb10_node import GB10Node
 from components.node_step import NodeStep
-from sparkvllm.config import StackConfig
-from sparkvllm.specs import model, versions
-from sparkvllm.specs.commands import image_obtain, image_sync, parse_kv, same_on_every_node
-
-
-class ModelSupportError(Exception):
-    """The image cannot serve the model."""
+from sparkvllm.specs.output import key_values, same_on_every_node
+from sparkvllm.specs.plans import ImagePlan
 
 
 @dataclass(frozen=True)
 class SyncedImageArgs:
-    cfg: StackConfig
+    plan: ImagePlan
     nodes: Mapping[str, GB10Node]
-    host_keys: Mapping[str, str | None]
 
 
 class SyncedImage(pulumi.ComponentResource):
@@ -41,76 +34,66 @@ class SyncedImage(pulumi.ComponentResource):
     implemented), `image_ids` (node -> image ID on that node), `fingerprint`
     (storage-independent identity, equal on every node), `versions` (the
     Python/Ray/vLLM/torch versions every node agrees on), `transferred` (node -> whether
-    the stream step moved the image there when it last ran)."""
+    the stream step moved the image there when it last ran). `model_checked` resolves
+    once the image is known to implement the model."""
 
-    supported: pulumi.Output[pulumi.Resource]
+    model_checked: pulumi.Output[pulumi.Resource]
 
     def __init__(
         self, name: str, args: SyncedImageArgs, opts: pulumi.ResourceOptions | None = None
     ):
-        super().__init__("sparkvllm:index:SyncedImage", name, None, opts)
-        cfg = args.cfg
-        head = args.nodes[cfg.head]
-        obtain_spec = image_obtain(cfg)
+        super().__init__(ImagePlan.TYPE, name, None, opts)
+        plan = args.plan
+        self.ref = plan.ref
+        head = args.nodes[plan.head]
         obtain = NodeStep(
-            f"{name}-obtain-{cfg.head}",
-            obtain_spec,
+            plan.obtain,
             reach=head.reach,
-            triggers=[cfg.image.ref, cfg.image.source, cfg.image.tarball or ""],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[head.preflight]),
+            triggers=list(plan.obtain_triggers),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[head.checked]),
         )
-        self.steps: dict[str, NodeStep] = {cfg.head: obtain}
+        self.steps: dict[str, NodeStep] = {plan.head: obtain}
 
         check = remote_command(
-            model.model_support(cfg),
+            plan.support,
             connection=head.connection,
             parent=self,
             secrets={},
             depends_on=[obtain],
-            triggers=[obtain.generation, cfg.model.id, cfg.model.revision],
-            resource_name=f"image-support-{cfg.head}",
+            triggers=[obtain.generation, *plan.support_triggers],
         )
+        self.support = check.stdout.apply(plan.support_verdict)
+        # Nothing is streamed to another node or started before the image implements the
+        # model.
+        self.model_checked = gated(self.support, check)
 
-        def validated(stdout: str) -> dict[str, Any]:
-            problems = model.check_model_support(cfg, stdout)
-            if problems:
-                raise ModelSupportError("model check failed:\n  - " + "\n  - ".join(problems))
-            return model.describe(stdout)
-
-        self.support = check.stdout.apply(validated)
-        # Resolves to the check only when the image implements the model: nothing is
-        # streamed to another node or started before that.
-        self.supported = self.support.apply(lambda _: check)
-
-        for node in cfg.worker_nodes:
-            target = args.nodes[node.name]
-            self.steps[node.name] = NodeStep(
-                f"{name}-sync-{node.name}",
-                image_sync(cfg, node, args.host_keys.get(node.name)),
+        for node, spec in plan.streams.items():
+            target = args.nodes[node]
+            self.steps[node] = NodeStep(
+                spec,
                 reach=head.reach,
                 read_reach=target.reach,
-                triggers=[cfg.image.ref, obtain.generation],
+                triggers=[plan.ref, obtain.generation],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[obtain, target.preflight, self.supported]
+                    parent=self, depends_on=[obtain, target.checked, self.model_checked]
                 ),
             )
 
         probes = {
             n: remote_command(
-                versions.image_versions(cfg, args.nodes[n].node),
+                plan.versions[n],
                 connection=args.nodes[n].connection,
                 parent=self,
                 secrets={},
                 depends_on=[step],
                 triggers=[step.generation],
-                resource_name=f"{name}-versions-{n}",
             )
             for n, step in self.steps.items()
         }
         self.versions = pulumi.Output.all(**{n: p.stdout for n, p in probes.items()}).apply(
-            lambda out: versions.agreed_versions(cfg, out)
+            plan.agreed_versions
         )
-        kv = {n: s.stdout.apply(parse_kv) for n, s in self.steps.items()}
+        kv = {n: s.stdout.apply(key_values) for n, s in self.steps.items()}
         self.fingerprint = pulumi.Output.all(
             **{n: v.apply(lambda d: d.get("fingerprint", "")) for n, v in kv.items()}
         ).apply(lambda f: same_on_every_node(f, "image differs"))
@@ -118,15 +101,15 @@ class SyncedImage(pulumi.ComponentResource):
             **{
                 n: v.apply(lambda d: d.get("transferred") == "1")
                 for n, v in kv.items()
-                if n != cfg.head
+                if n != plan.head
             }
         )
         self.image_ids = pulumi.Output.all(
             **{n: v.apply(lambda d: d.get("id", "")) for n, v in kv.items()}
         )
         # Resolve only when the model is supported and fingerprints and versions agree.
-        self._checked = pulumi.Output.all(self.supported, self.fingerprint, self.versions).apply(
-            lambda _: check
+        self._checked = gated(
+            pulumi.Output.all(self.model_checked, self.fingerprint, self.versions), check
         )
         self.register_outputs(
             {

@@ -2,6 +2,8 @@
 
     python -m localengine up|preview|refresh|destroy --stack NAME
         [--refresh] [--expect-no-changes] [--replace URN]... [--json]
+    python -m localengine output --stack NAME [--json] [--show-secrets]
+        (the stack's outputs from its state, as `pulumi stack output` prints them)
 
 Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
 found under --expect-no-changes.
@@ -14,9 +16,12 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from localengine import wire
+from localengine.deployment import STACK_TYPE
 from localengine.operations import OPS, Result, run
+from localengine.state import StateFile
 
 EXIT_NO_CHANGES = 7
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -37,7 +42,7 @@ def stack_name(text: str) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
-    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy"])
+    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy", "output"])
     p.add_argument(
         "--stack", "-s", default="sim", type=stack_name, help="stack name (default: sim)"
     )
@@ -49,6 +54,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--replace", action="append", default=[], metavar="URN",
                    help="replace this resource even if its inputs did not change")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--show-secrets", action="store_true", help="output: show secret values")
     p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -64,8 +70,30 @@ def summary(result: Result) -> str:
     return f"{result.operation} {words or 'nothing'}{refreshed}; {moved}; {result.seconds:.1f}s"
 
 
+def stack_outputs(project_dir: Path, stack: str, show_secrets: bool) -> dict[str, Any] | None:
+    """The root stack resource's outputs in the state (None: no state), secrets shown as
+    "[secret]" unless asked (pulumi `stack output`: pkg/cmd/pulumi/stack/stack_output.go)."""
+    root = next((r for r in StateFile(project_dir, stack).load() if r.type == STACK_TYPE), None)
+    if root is None:
+        return None
+    return wire.plain(root.outputs) if show_secrets else wire.redacted(root.outputs)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.operation == "output":
+        outputs = stack_outputs(args.cwd, args.stack, args.show_secrets)
+        if outputs is None:
+            print(f"error: stack {args.stack!r} has no state; fix: run `up` first", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps(outputs, indent=2, sort_keys=True, default=str))
+        else:
+            for key in sorted(outputs):
+                value = outputs[key]
+                text = value if isinstance(value, str) else json.dumps(value, default=str)
+                print(f"    {key:24} {text}")
+        return 0
     log = (lambda _m: None) if args.json else (lambda m: print(m, flush=True))
     result = run(
         args.operation, args.stack, args.cwd, refresh=args.refresh,

@@ -18,7 +18,7 @@ import time
 from sim.cluster import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
-from sim.settings import DEFAULT_SUBNET, StatePaths
+from sim.settings import DEFAULT_SUBNET, REPO_ROOT, StatePaths
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -41,14 +41,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command in ("apply", "destroy", "drift"):
-        from sim import stack
-        from sparkvllm import drift
-
-        runs = {"apply": stack.main_apply, "destroy": stack.main_destroy}
-        return runs[args.command]() if args.command in runs else drift.main(["--stack", "sim"])
     quiet = args.command == "status"
     cluster = Cluster(SubprocessRunner(verbose=args.verbose), StatePaths.at(), Timer(quiet))
+    if args.command in ("apply", "destroy", "drift"):
+        return _stack_alias(args.command, cluster)
     start = time.monotonic()
     try:
         if args.command == "up":
@@ -63,6 +59,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sim {args.command}: error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stack_alias(command: str, cluster: Cluster) -> int:
+    """`apply`, `destroy`, `drift`: the program's own tools on the `sim` stack (the local
+    engine, the drift check), after making sure the simulated nodes are up."""
+    from localengine.__main__ import main as engine
+    from localengine.state import StateFile
+    from sparkvllm import drift
+    from sparkvllm.specs.containers import LABEL_PREFIX
+
+    if command == "drift":
+        return drift.main(["--stack", "sim"])
+    if command == "destroy":
+        return engine(["destroy", "--stack", "sim"])
+    cluster.up(2)
+    if not any(StateFile(REPO_ROOT, "sim").load()):
+        # Containers that no state knows of (a deleted state) would block the creates.
+        cluster.remove_inner_containers(f"{LABEL_PREFIX}.stack=sim")
+    return engine(["up", "--stack", "sim"])
 
 
 if __name__ == "__main__":

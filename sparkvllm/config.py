@@ -19,9 +19,11 @@ import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from ipaddress import IPv4Address, ip_address
 from pathlib import PurePosixPath
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -29,18 +31,19 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from sparkvllm.host_keys import FIX as HOST_KEY_FIX
-from sparkvllm.host_keys import HostKeyError, parse_host_key
+from sparkvllm.host_keys import HOST_KEY_FIX, HostKeyError, parse_host_key
 from sparkvllm.vllm_flags import extra_args_problems
 
 PROJECT = "spark-vllm"
 
 # Unified memory (GB10): cudaMemGetInfo ignores reclaimable page cache, and an OOM can
-# wedge the host. Above this fraction start-up fails or the box hangs (field notes).
+# wedge the host until a power cycle. Above this fraction vLLM's start-up fails with "Free
+# memory ... less than desired GPU memory utilization", or the box hangs.
 MAX_UNIFIED_MEMORY_UTILIZATION = 0.9
 
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -87,6 +90,37 @@ def _host_problem(v: str) -> str | None:
         "not an IP address or DNS name (letters, digits, dots and inner dashes); fix: give "
         "the address or name ssh reaches, e.g. 10.1.230.180 or spark-1.lab"
     )
+
+
+_BEARER_FIX = {
+    "api_key": ("an API key", "generate one, e.g. `openssl rand -hex 32`"),
+    "hf_token": (
+        "a Hugging Face token",
+        "copy a read token from https://huggingface.co/settings/tokens",
+    ),
+}
+HUB_ENDPOINT = "https://huggingface.co"
+_HUB_PATH = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+
+
+def _hub_url_problem(v: str) -> str | None:
+    """Why `v` is not a plain http(s) URL of a hub (scheme, host, port, path), or None."""
+    fix = "fix: e.g. https://huggingface.co or http://10.0.0.5:8080 (a mirror)"
+    try:
+        u = urlsplit(v)
+        port = u.port
+    except ValueError:
+        return f"not a URL; {fix}"
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return f"needs http:// or https:// and a host; {fix}"
+    if u.username or u.password or u.query or u.fragment:
+        return f"no user, password, query or fragment (a token is the hf_token secret); {fix}"
+    host_problem = _host_problem(u.hostname)
+    if host_problem or (port is not None and not 0 < port < 65536):
+        return f"the host or port is not valid; {fix}"
+    if not _HUB_PATH.match(u.path):
+        return f"the path may hold letters, digits and . _ ~ - / only; {fix}"
+    return None
 
 
 def _node_path_problem(v: str) -> str | None:
@@ -194,31 +228,31 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
 
-class SshConfig(_Closed):
-    """How the workstation reaches a node's sshd (and how nodes reach each other)."""
+class _SshEndpoint(_Closed):
+    """An sshd the workstation logs in to: a node or a jump host."""
 
     host: str = Field(
-        description="Address or DNS name of the node's sshd as seen from the workstation, "
+        description="Address or DNS name of the sshd as seen from the workstation, "
         "e.g. 10.1.230.180."
     )
-    port: int = Field(22, ge=1, le=65535, description="sshd port on the node.")
+    port: int = Field(22, ge=1, le=65535, description="sshd port.")
     user: str = Field(
         min_length=1,
-        description="Login user on the node; must be allowed to run `docker` (docker group).",
+        description="Login user (on a node: must be allowed to run `docker`, the docker group).",
     )
     host_key: str | None = Field(
         None,
-        description="The node's public host key in `ssh-ed25519 AAAA...` form "
+        description="The sshd's public host key in `ssh-ed25519 AAAA...` form "
         "(`ssh-keyscan -t ed25519 HOST | cut -d' ' -f2-`). Verified on every connection.",
     )
     host_key_file: str | None = Field(
         None,
-        description="Path on the workstation of a file holding the node's public host key "
+        description="Path on the workstation of a file holding the public host key "
         "(instead of host_key).",
     )
     verify_host_key: bool = Field(
         True,
-        description="Verify the node's host key. Setting false is an explicit, insecure "
+        description="Verify the host key. Setting false is an explicit, insecure "
         "opt-out (then give neither host_key nor host_key_file).",
     )
 
@@ -258,7 +292,7 @@ class SshConfig(_Closed):
         return None if v is None else _no_control_chars(v)
 
     @model_validator(mode="after")
-    def _host_key_choice(self) -> SshConfig:
+    def _host_key_choice(self) -> _SshEndpoint:
         given = [k for k in ("host_key", "host_key_file") if getattr(self, k) is not None]
         if self.verify_host_key and len(given) != 1:
             raise ValueError(
@@ -272,6 +306,31 @@ class SshConfig(_Closed):
                 f"{given[0]} or set verify_host_key: true"
             )
         return self
+
+
+class JumpConfig(_SshEndpoint):
+    """A jump host (bastion) the workstation reaches a node through (ssh's ProxyJump; its
+    host key verified like a node's). It is logged in to with the node's own key."""
+
+
+class SshConfig(_SshEndpoint):
+    """How the workstation reaches a node's sshd (and how nodes reach each other)."""
+
+    jump: JumpConfig | None = Field(
+        None,
+        description="The jump host this node is reached through (default: the stack-wide "
+        "ssh_jump, if any). Nodes reach each other directly over the cluster link.",
+    )
+    private_key_file: str | None = Field(
+        None,
+        description="Path on the workstation of this node's own private key (default: its "
+        "entry in the ssh_private_keys secret, else the stack-wide key).",
+    )
+
+    @field_validator("private_key_file")
+    @classmethod
+    def _key_file_path(cls, v: str | None) -> str | None:
+        return None if v is None else _no_control_chars(v)
 
 
 class ClusterLinkConfig(_Closed):
@@ -383,6 +442,36 @@ class ImageConfig(_Closed):
             )
         return v
 
+    @property
+    def digest(self) -> str | None:
+        """The `sha256:...` the reference pins, or None (a tag, which may move)."""
+        return self.ref.split("@", 1)[1] if "@" in self.ref else None
+
+    @property
+    def repository(self) -> str:
+        """The reference without tag or digest."""
+        name = self.ref.split("@", 1)[0]
+        last = name.rsplit("/", 1)[-1]
+        return name[: len(name) - len(last)] + last.split(":", 1)[0]
+
+    @property
+    def moving(self) -> bool:
+        """No digest and the tag `latest` (or none, which means latest)."""
+        if self.digest:
+            return False
+        last = self.ref.rsplit("/", 1)[-1]
+        return ":" not in last or last.split(":", 1)[1] == "latest"
+
+    @property
+    def local_ref(self) -> str:
+        """What every node runs and checks: the reference itself, or for a digest-pinned
+        one a local tag that names the digest (`repo:sha256-<hex>`): a registry digest
+        exists only where the image was pulled, and `docker save | docker load` carries
+        tags, not digests, to the other nodes."""
+        if not self.digest:
+            return self.ref
+        return f"{self.repository}:{self.digest.replace(':', '-')}"
+
     @field_validator("tarball")
     @classmethod
     def _tarball_path(cls, v: str | None) -> str | None:
@@ -393,6 +482,20 @@ class ImageConfig(_Closed):
 
     @model_validator(mode="after")
     def _tarball_rules(self) -> ImageConfig:
+        if self.digest and self.source == "tarball":
+            raise ValueError(
+                f"ref {self.ref} pins a registry digest, which `docker load` of a tarball does "
+                "not record; fix: use source: pull (or present, for an image pulled by that "
+                "digest), or give the tarball's tag as ref"
+            )
+        if self.digest and not self.digest.startswith("sha256:"):
+            raise ValueError(
+                f"ref {self.ref}: only sha256 digests are supported; fix: use @sha256:<64 hex>"
+            )
+        if self.digest and len(self.digest) != len("sha256:") + 64:
+            raise ValueError(
+                f"ref {self.ref}: a sha256 digest has 64 hex digits; fix: copy it whole"
+            )
         if self.source == "tarball":
             if not self.tarball or not PurePosixPath(self.tarball).is_absolute():
                 raise ValueError(
@@ -433,6 +536,11 @@ class ModelConfig(_Closed):
         description="Serve from the HF cache only (HF_HUB_OFFLINE=1): no node contacts the "
         "hub; the weights must already be in the head's cache.",
     )
+    hub_endpoint: str = Field(
+        HUB_ENDPOINT,
+        description="The hub the weights are downloaded from (huggingface_hub's "
+        "HF_ENDPOINT): the Hugging Face hub, or a mirror of it.",
+    )
     distribution: Literal["copy_from_head", "download_on_each_node"] = Field(
         "copy_from_head",
         description="`copy_from_head`: download once on the head, copy to the other nodes "
@@ -447,6 +555,14 @@ class ModelConfig(_Closed):
         if problem:
             raise ValueError(problem)
         return v
+
+    @field_validator("hub_endpoint")
+    @classmethod
+    def _hub_endpoint_is_a_url(cls, v: str) -> str:
+        problem = _hub_url_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v.rstrip("/")
 
     @field_validator("revision")
     @classmethod
@@ -476,7 +592,7 @@ LoadFormat = Literal["auto", "safetensors", "fastsafetensors", "pt", "dummy"]
 
 
 class VllmConfig(_Closed):
-    """`vllm serve` options (the ones the field notes use, typed) plus extra arguments."""
+    """`vllm serve` options (the ones a GB10 deployment sets, typed) plus extra arguments."""
 
     gpu_memory_utilization: float = Field(
         0.8,
@@ -705,10 +821,28 @@ class StackConfig(_Closed):
         None,
         description="Instead of ssh_private_key: path on the workstation of the private key.",
     )
+    ssh_private_keys: dict[str, SecretStr] | None = Field(
+        None,
+        description="SECRET, optional. Node name -> that node's own private key (`pulumi "
+        "config set --secret --path 'ssh_private_keys.spark-2' < key`); a node without one "
+        "uses nodes[].ssh.private_key_file, else the stack-wide key.",
+    )
+    ssh_jump: JumpConfig | None = Field(
+        None,
+        description="A jump host (bastion) every node is reached through from the "
+        "workstation, unless its nodes[].ssh.jump says another.",
+    )
     api_key: SecretStr | None = Field(
         None,
         description="SECRET, optional. API key clients must send (`pulumi config set "
         "--secret api_key ...`).",
+    )
+    hf_token: SecretStr | None = Field(
+        None,
+        description="SECRET, optional. Hugging Face access token for a gated or private "
+        "model (`pulumi config set --secret hf_token`, which prompts for it). Used only "
+        "by the weights download and its preflight check, on stdin: never on a command "
+        "line, in an output or in a log.",
     )
 
     @field_validator("endpoint_host")
@@ -724,13 +858,15 @@ class StackConfig(_Closed):
     def _key_file_text(cls, v: str | None) -> str | None:
         return None if v is None else _no_control_chars(v)
 
-    @field_validator("api_key")
+    @field_validator("api_key", "hf_token")
     @classmethod
-    def _api_key_is_a_header_value(cls, v: SecretStr | None) -> SecretStr | None:
+    def _bearer_value(cls, v: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """Both are sent as `Authorization: Bearer VALUE`: 8-512 printable characters."""
         if v is not None and not re.match(r"^[\x21-\x7e]{8,512}$", v.get_secret_value()):
+            what, fix = _BEARER_FIX[str(info.field_name)]
             raise ValueError(
-                "an API key is sent as `Authorization: Bearer KEY`: 8-512 printable "
-                "characters, no spaces; fix: generate one, e.g. `openssl rand -hex 32`"
+                f"{what} is sent as `Authorization: Bearer ...`: 8-512 printable "
+                f"characters, no spaces; fix: {fix}"
             )
         return v
 
@@ -740,6 +876,10 @@ class StackConfig(_Closed):
         if issues:
             raise ConfigError(issues)
         return self
+
+    def jump_for(self, node: NodeConfig) -> JumpConfig | None:
+        """The jump host `node` is reached through: its own, else the stack's."""
+        return node.ssh.jump or self.ssh_jump
 
     @property
     def head_node(self) -> NodeConfig:
@@ -754,7 +894,7 @@ class StackConfig(_Closed):
         return sum(n.gpus for n in self.nodes)
 
 
-SECRET_FIELDS = {"ssh_private_key", "api_key"}
+SECRET_FIELDS = {"ssh_private_key", "ssh_private_keys", "api_key", "hf_token"}
 
 
 def _cross_field_issues(cfg: StackConfig) -> Iterable[Issue]:
@@ -813,33 +953,59 @@ def _cross_field_issues(cfg: StackConfig) -> Iterable[Issue]:
                 fix=f"remove it; {RESERVED_ENV[key]}",
             )
     keys = [k for k in ("ssh_private_key", "ssh_private_key_file") if getattr(cfg, k)]
-    if len(keys) != 1:
+    own = set(cfg.ssh_private_keys or {}) | {n.name for n in cfg.nodes if n.ssh.private_key_file}
+    keyless = [n.name for n in cfg.nodes if n.name not in own]
+    if len(keys) > 1 or (not keys and keyless):
         yield Issue(
             path="ssh_private_key",
             value=None if not keys else "[both given]",
-            problem="exactly one of ssh_private_key (secret) or ssh_private_key_file is needed",
+            problem="exactly one of ssh_private_key (secret) or ssh_private_key_file is needed"
+            + (f" (nodes without a key of their own: {', '.join(keyless)})" if keyless else ""),
             fix="run `pulumi config set --secret ssh_private_key < ~/.ssh/id_ed25519` or set "
             "ssh_private_key_file",
         )
+    for name in sorted(set(cfg.ssh_private_keys or {}) - set(names)):
+        yield Issue(
+            path=f"ssh_private_keys.{name}",
+            value="[secret]",
+            problem="no node has this name",
+            fix=f"key it by a node's name ({', '.join(names)})",
+        )
 
 
-# Variables the program derives per node; a user value would be copied to every node.
-RESERVED_ENV = {
-    "VLLM_HOST_IP": "it is each node's cluster_link.address",
-    "RAY_NODE_IP_ADDRESS": "it is each node's cluster_link.address",
-    "RAY_OVERRIDE_NODE_IP_ADDRESS": "it is each node's cluster_link.address",
-    "NCCL_SOCKET_IFNAME": "it is each node's cluster_link.netdev",
-    "GLOO_SOCKET_IFNAME": "it is each node's cluster_link.netdev",
-    "TP_SOCKET_IFNAME": "it is each node's cluster_link.netdev",
-    "UCX_NET_DEVICES": "it is each node's cluster_link.netdev",
-    "OMPI_MCA_btl_tcp_if_include": "it is each node's cluster_link.netdev",
-    "NCCL_IB_HCA": "set cluster_link.roce_hcas",
-    "NCCL_IB_DISABLE": "set cluster_link.roce_hcas (empty disables RDMA)",
-    "NCCL_DEBUG": "set vllm.nccl_debug",
-    "RAY_ADDRESS": "it is the head's address and ports.ray_gcs",
-    "VLLM_API_KEY": "set the api_key secret",
-    "HF_HUB_OFFLINE": "set model.offline",
-}
+@dataclass(frozen=True)
+class ProgramVariable:
+    """An environment variable the program sets in the containers itself. A user value in
+    vllm.env is refused (it would be copied to every node); `set_by` says what to set
+    instead. `per_node` names the node's own value it carries (its cluster address or
+    netdev, or its RoCE HCAs): those are never copied from the head to Ray workers."""
+
+    name: str
+    set_by: str
+    per_node: Literal["address", "netdev", "roce"] | None = None
+
+
+_OWN_ADDRESS = "it is each node's cluster_link.address"
+_OWN_NETDEV = "it is each node's cluster_link.netdev"
+# The one table: the refusal of vllm.env keys, vLLM's non-carry-over list
+# (specs/environment.NON_CARRY_OVER) and each node's variables (node_env) derive from it.
+PROGRAM_VARIABLES = (
+    ProgramVariable("VLLM_HOST_IP", _OWN_ADDRESS, "address"),
+    ProgramVariable("RAY_NODE_IP_ADDRESS", _OWN_ADDRESS, "address"),
+    ProgramVariable("RAY_OVERRIDE_NODE_IP_ADDRESS", _OWN_ADDRESS, "address"),
+    ProgramVariable("NCCL_SOCKET_IFNAME", _OWN_NETDEV, "netdev"),
+    ProgramVariable("GLOO_SOCKET_IFNAME", _OWN_NETDEV, "netdev"),
+    ProgramVariable("TP_SOCKET_IFNAME", _OWN_NETDEV, "netdev"),
+    ProgramVariable("UCX_NET_DEVICES", _OWN_NETDEV, "netdev"),
+    ProgramVariable("OMPI_MCA_btl_tcp_if_include", _OWN_NETDEV, "netdev"),
+    ProgramVariable("NCCL_IB_HCA", "set cluster_link.roce_hcas", "roce"),
+    ProgramVariable("NCCL_IB_DISABLE", "set cluster_link.roce_hcas (empty disables RDMA)", "roce"),
+    ProgramVariable("NCCL_DEBUG", "set vllm.nccl_debug"),
+    ProgramVariable("RAY_OWN_ADDRESS", "it is the head's address and ports.ray_gcs"),
+    ProgramVariable("VLLM_API_KEY", "set the api_key secret"),
+    ProgramVariable("HF_HUB_OFFLINE", "set model.offline"),
+)
+RESERVED_ENV = {v.name: v.set_by for v in PROGRAM_VARIABLES}
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:

@@ -4,7 +4,7 @@
 
 Complements `pulumi preview --refresh --expect-no-changes` (which compares Pulumi's state
 and the program with what the providers read back) with what they cannot see; see
-sparkvllm/specs/drift.py. Exit status: 0 no drift, 1 drift (one line per finding, naming
+sparkvllm/specs/drift_rules.py. Exit status: 0 no drift, 1 drift (one line per finding, naming
 the node), 2 the config is invalid.
 
 Config: read through the Pulumi CLI (`pulumi config --json --show-secrets`) when it is
@@ -14,23 +14,17 @@ installed, else from Pulumi.<stack>.yaml (secrets then come from ssh_private_key
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sparkvllm.config import (
-    ConfigError,
-    StackConfig,
-    load_stack_config,
-    parse_pulumi_config,
-)
+from sparkvllm import config_sources, outputs
+from sparkvllm.config import ConfigError, StackConfig
 from sparkvllm.remote import run_ssh
-from sparkvllm.specs import drift
-from sparkvllm.specs.ssh import node_target
-from sparkvllm.workstation import SshAccess, prepare_ssh_access, stack_file_config
+from sparkvllm.specs import drift_rules as drift
+from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
 ROOT = Path(__file__).resolve().parent.parent
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -42,7 +36,7 @@ def read_live(
     """Ask every node what runs there (one ssh per node, two more on the head)."""
     live: dict[str, drift.NodeLive] = {}
     for node in cfg.nodes:
-        target = node_target(node, access.identity_file, access.known_hosts_file)
+        target = access.targets[node.name]
         result = runner(target, drift.state_command(cfg, stack, node), timeout=120)
         if result.returncode != 0:
             reason = (result.stderr.strip().splitlines() or ["no answer"])[-1]
@@ -51,49 +45,57 @@ def read_live(
         state = drift.parse_state(result.stdout)
         if node.name == cfg.head:
             for attr, probe in (("ray", drift.ray_probe), ("server", drift.server_probe)):
-                command, stdin = probe(cfg, stack)
-                container = command.split()[3]
-                if state.containers.get(container, None) is None:
-                    continue  # already reported as a missing container
-                if state.containers[container].status != "running":
-                    continue
-                answer = runner(target, command, stdin=stdin, timeout=300)
-                setattr(state, attr, drift.probe_result(answer.stdout, answer.returncode))
+                p = probe(cfg, stack)
+                found = state.containers.get(p.container)
+                if found is None or found.status != "running":
+                    continue  # already reported as a missing or stopped container
+                answer = runner(target, p.command, stdin=p.stdin, timeout=300)
+                report = drift.probe_result(answer.stdout, answer.returncode)
+                if attr == "server" and report and not (report.get("smoke") or {}).get("ok"):
+                    report["last_log"] = runner(target, p.logs, timeout=60).stdout.strip()
+                setattr(state, attr, report)
         live[node.name] = state
     return live
 
 
+def last_outputs(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
+    """The outputs of the stack's last `up`, or {} when there are none."""
+    try:
+        return outputs.stack_outputs(stack, project_dir)
+    except outputs.OutputsError:
+        return {}
+
+
 def check(
-    cfg: StackConfig, stack: str, access: SshAccess, runner: Runner = run_ssh
+    cfg: StackConfig,
+    stack: str,
+    access: SshAccess,
+    runner: Runner = run_ssh,
+    last: dict[str, Any] | None = None,
 ) -> list[drift.Drift]:
-    return drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner))
+    return drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner), last)
 
 
-def load_config(stack: str) -> StackConfig:
-    if shutil.which("pulumi"):
-        shown = subprocess.run(
-            ["pulumi", "config", "--json", "--show-secrets", "--stack", stack],
-            capture_output=True, text=True, check=True, cwd=ROOT,
-        )  # fmt: skip
-        data = json.loads(shown.stdout)
-        values = {k: v["value"] if isinstance(v["value"], str) else json.dumps(v["value"])
-                  for k, v in data.items() if "value" in v}  # fmt: skip
-        secret = [k for k, v in data.items() if v.get("secret")]
-        return load_stack_config(parse_pulumi_config(values, secret))
-    return load_stack_config(stack_file_config(stack, ROOT))
+def tool_inputs(stack: str) -> tuple[StackConfig, SshAccess] | None:
+    """The stack's config and the workstation's way to its nodes, for a tool run outside
+    the program; None after printing what is wrong with them."""
+    try:
+        cfg = config_sources.for_tools(stack, ROOT)
+        return cfg, prepare_ssh_access(cfg, stack, ROOT)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkvllm.drift", description=__doc__)
     parser.add_argument("--stack", required=True, help="stack name, e.g. spark or sim")
     args = parser.parse_args(argv)
-    try:
-        cfg = load_config(args.stack)
-        access = prepare_ssh_access(cfg, args.stack, ROOT)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
+    inputs = tool_inputs(args.stack)
+    if inputs is None:
         return 2
-    found = check(cfg, args.stack, access)
+    cfg, access = inputs
+    found = check(cfg, args.stack, access, last=last_outputs(args.stack))
     for d in found:
         print(d.render())
     if not found:

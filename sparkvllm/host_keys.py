@@ -27,7 +27,7 @@ HOST_KEY_TYPES = (
 _EC_POINT_BYTES = {"nistp256": 65, "nistp384": 97, "nistp521": 133}
 _MIN_RSA_BITS = 2048
 
-FIX = "paste the `ssh-ed25519 AAAA...` part of `ssh-keyscan -t ed25519 HOST` for that node"
+HOST_KEY_FIX = "paste the `ssh-ed25519 AAAA...` part of `ssh-keyscan -t ed25519 HOST` for that node"
 
 
 class HostKeyError(ValueError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkvllm.specs.ssh import SshOptions, SshTarget, known_hosts_line
+from sparkvllm.specs.ssh import SshOptions, SshTarget, known_hosts_line, proxy_command
 
 
 @dataclass
@@ -30,12 +30,15 @@ class ConnectionFiles:
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sparkvllm-ssh-")))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def target(self, conn: dict[str, Any]) -> SshTarget:
+    def target(self, conn: dict[str, Any], key_file: str | None = None) -> SshTarget:
+        """`key_file`: a key file to use instead of `privateKey` (for the proxy too). A
+        `proxy` is dialed first and the host reached from it, each with its own user, key
+        and host-key check (pulumi-command `remote/connection.go: Dial`)."""
+        identity = key_file
         host, user = str(conn["host"]), str(conn.get("user") or "root")
         port = int(conn.get("port") or 22)
         key_text = str(conn.get("privateKey") or "")
-        identity = None
-        if key_text:
+        if identity is None and key_text:
             key = self.directory / f"key-{hashlib.sha256(key_text.encode()).hexdigest()[:16]}"
             self._write(key, key_text if key_text.endswith("\n") else key_text + "\n")
             identity = str(key)
@@ -46,7 +49,12 @@ class ConnectionFiles:
             self._write(kh, line)
             known = str(kh)
         timeout = int(conn.get("perDialTimeout") or 15)
-        options = SshOptions(identity=identity, known_hosts=known, connect_timeout_s=timeout)
+        proxy = None
+        if conn.get("proxy"):
+            proxy = proxy_command(self.target(dict(conn["proxy"]), key_file))
+        options = SshOptions(
+            identity=identity, known_hosts=known, connect_timeout_s=timeout, proxy_command=proxy
+        )
         return SshTarget(user, host, port, options)
 
     def _write(self, path: Path, text: str) -> None:

@@ -13,15 +13,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from sparkvllm.config import PROJECT, ConfigError, Issue, SshConfig, StackConfig
-from sparkvllm.host_keys import FIX as HOST_KEY_FIX
-from sparkvllm.host_keys import HostKeyError, find_host_key
+from sparkvllm.config import ConfigError, Issue, JumpConfig, NodeConfig, SshConfig, StackConfig
+from sparkvllm.host_keys import HOST_KEY_FIX, HostKeyError, find_host_key
 from sparkvllm.probes import image_versions
-from sparkvllm.specs.ssh import known_hosts
+from sparkvllm.specs.ssh import SshTarget, known_hosts, node_target
 
 
 @dataclass(frozen=True)
@@ -38,11 +34,25 @@ class SshAccess:
     private_key: str = field(repr=False)
     identity_ref: str = ""
     control_dir_ref: str = ""
+    hf_token_ref: str | None = None  # the hf_token's file, when the stack has one
+    # Per node: its own key (else the stack's), the file and ref of it, and how the
+    # workstation's ssh reaches it (through its jump host, if any).
+    node_keys: dict[str, str] = field(default_factory=dict, repr=False)
+    node_identity_files: dict[str, str] = field(default_factory=dict)
+    node_identity_refs: dict[str, str] = field(default_factory=dict)
+    targets: dict[str, SshTarget] = field(default_factory=dict)
+    jump_host_keys: dict[str, str | None] = field(default_factory=dict)  # node -> its jump's
 
     def node_known_hosts_ref(self, node: str) -> str:
         """The node's own known_hosts file: it outlives the node's place in the config, so
         a later run can still reach the node to delete what the stack made there."""
         return f"{self.control_dir_ref}/known_hosts.{node}"
+
+    def key_of(self, node: str) -> str:
+        return self.node_keys.get(node, self.private_key)
+
+    def identity_ref_of(self, node: str) -> str:
+        return self.node_identity_refs.get(node, self.identity_ref)
 
 
 def workstation_versions() -> dict[str, str]:
@@ -82,7 +92,7 @@ def _read(path: str, base: Path, field_path: str, fix: str) -> str:
         ) from None
 
 
-def _host_key(ssh: SshConfig, base: Path, field_path: str) -> str | None:
+def _host_key(ssh: SshConfig | JumpConfig, base: Path, field_path: str) -> str | None:
     if not ssh.verify_host_key:
         return None
     if ssh.host_key is not None:
@@ -115,30 +125,12 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAccess:
-    """Resolve key files named in the config and write the files `ssh` needs."""
-    host_keys = {
-        n.name: _host_key(n.ssh, project_dir, f"nodes[{i}].ssh.host_key_file")
-        for i, n in enumerate(cfg.nodes)
-    }
-    d = state_dir(stack)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(d, 0o700)
-    if cfg.ssh_private_key is not None:
-        private_key = cfg.ssh_private_key.get_secret_value()
-    else:
-        keyfile = cfg.ssh_private_key_file or ""
-        private_key = _read(
-            keyfile,
-            project_dir,
-            "ssh_private_key_file",
-            "point it at a readable private key",
-        )
-    if "PRIVATE KEY" not in private_key:
+def _checked_key(text: str, field_path: str) -> str:
+    if "PRIVATE KEY" not in text:
         raise ConfigError(
             [
                 Issue(
-                    path="ssh_private_key",
+                    path=field_path,
                     value="[secret]",
                     problem="does not look like an SSH private key (no PRIVATE KEY block)",
                     fix="set it from the key file itself, e.g. "
@@ -146,17 +138,89 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
                 )
             ]
         )
-    # The key always goes into the state directory (also when the config names a key
-    # file), so the identity every input names is the same file on every workstation.
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _node_keys(cfg: StackConfig, project_dir: Path) -> dict[str, str]:
+    """The nodes that have a key of their own: the ssh_private_keys secret, else the
+    node's private_key_file."""
+    secrets = cfg.ssh_private_keys or {}
+    keys = {}
+    for i, n in enumerate(cfg.nodes):
+        if n.name in secrets:
+            text = secrets[n.name].get_secret_value()
+            keys[n.name] = _checked_key(text, f"ssh_private_keys.{n.name}")
+        elif n.ssh.private_key_file:
+            field_path = f"nodes[{i}].ssh.private_key_file"
+            text = _read(n.ssh.private_key_file, project_dir, field_path,
+                         "point it at a readable private key")  # fmt: skip
+            keys[n.name] = _checked_key(text, field_path)
+    return keys
+
+
+def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAccess:
+    """Resolve key files named in the config and write the files `ssh` needs."""
+    host_keys = {
+        n.name: _host_key(n.ssh, project_dir, f"nodes[{i}].ssh.host_key_file")
+        for i, n in enumerate(cfg.nodes)
+    }
+    jump_keys = {}
+    for i, n in enumerate(cfg.nodes):
+        jump = cfg.jump_for(n)
+        if jump is not None:
+            where = f"nodes[{i}].ssh.jump" if n.ssh.jump else "ssh_jump"
+            jump_keys[n.name] = _host_key(jump, project_dir, f"{where}.host_key_file")
+    d = state_dir(stack)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
+    node_keys = _node_keys(cfg, project_dir)
+    if cfg.ssh_private_key is not None:
+        private_key = _checked_key(cfg.ssh_private_key.get_secret_value(), "ssh_private_key")
+    elif cfg.ssh_private_key_file:
+        keyfile = cfg.ssh_private_key_file
+        text = _read(keyfile, project_dir, "ssh_private_key_file",
+                     "point it at a readable private key")  # fmt: skip
+        private_key = _checked_key(text, "ssh_private_key_file")
+    else:
+        private_key = ""  # every node has its own (the config's rule)
+    # The keys always go into the state directory (also when the config names a key file),
+    # so the identity every input names is the same file on every workstation: `id` for
+    # the stack's key, `id.<node>` for a node's own.
+    ref = state_dir_ref(stack)
     identity = d / "id"
-    _write_private(identity, private_key if private_key.endswith("\n") else private_key + "\n")
+    if private_key:
+        _write_private(identity, private_key)
+    identity_files, identity_refs = {}, {}
+    for n in cfg.nodes:
+        own = n.name in node_keys
+        if own:
+            _write_private(d / f"id.{n.name}", node_keys[n.name])
+        identity_files[n.name] = str(d / f"id.{n.name}") if own else str(identity)
+        identity_refs[n.name] = f"{ref}/id.{n.name}" if own else f"{ref}/id"
     kh = d / "known_hosts"
     present = {k: v for k, v in host_keys.items() if v is not None}
-    _write_private(kh, known_hosts(cfg.nodes, present))
+
+    def jumps_of(nodes: list[NodeConfig]) -> list[tuple[JumpConfig, str]]:
+        out = []
+        for n in nodes:
+            jump, key = cfg.jump_for(n), jump_keys.get(n.name)
+            if jump is not None and key is not None:
+                out.append((jump, key))
+        return out
+
+    _write_private(kh, known_hosts(cfg.nodes, present, jumps_of(cfg.nodes)))
+    targets = {}
     for n in cfg.nodes:
+        node_kh = d / f"known_hosts.{n.name}"
         if n.name in present:
-            _write_private(d / f"known_hosts.{n.name}", known_hosts([n], present))
-    ref = state_dir_ref(stack)
+            _write_private(node_kh, known_hosts([n], present, jumps_of([n])))
+        targets[n.name] = node_target(n, identity_files[n.name], str(node_kh), cfg.jump_for(n))
+    # The weights download's token (a NodeStep reads it from here: never a resource input).
+    token = d / "hf_token"
+    if cfg.hf_token is not None:
+        _write_private(token, cfg.hf_token.get_secret_value() + "\n")
+    else:
+        token.unlink(missing_ok=True)
     return SshAccess(
         identity_file=str(identity),
         known_hosts_file=str(kh),
@@ -164,12 +228,10 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         private_key=private_key,
         identity_ref=f"{ref}/id",
         control_dir_ref=ref,
+        hf_token_ref=f"{ref}/hf_token" if cfg.hf_token is not None else None,
+        node_keys={n.name: node_keys.get(n.name, private_key) for n in cfg.nodes},
+        node_identity_files=identity_files,
+        node_identity_refs=identity_refs,
+        targets=targets,
+        jump_host_keys=jump_keys,
     )
-
-
-def stack_file_config(stack: str, project_dir: Path) -> dict[str, Any]:
-    """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped: what the program
-    gets from the Pulumi engine, for tools that run without it (sim, drift check)."""
-    data = yaml.safe_load((project_dir / f"Pulumi.{stack}.yaml").read_text())["config"]
-    prefix = f"{PROJECT}:"
-    return {k.removeprefix(prefix): v for k, v in data.items() if k.startswith(prefix)}

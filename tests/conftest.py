@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from sim.stack import stack_raw
+from sparkvllm.specs.containers import LABEL_PREFIX
+from tests.sim_stack import stack_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +29,7 @@ TEST_PRIVATE_KEY = (
     "-----END OPENSSH PRIVATE KEY-----\n"
 )
 TEST_API_KEY = "test-api-key-5b9e1c"
+TEST_HF_TOKEN = "hf_testTokenNotReal4d2a"
 
 
 def stack_file(stack: str) -> dict[str, Any]:
@@ -113,14 +115,15 @@ def sim_log(message: str) -> None:
 
 @pytest.fixture(scope="session")
 def sim_deployment() -> SimDeployment:
-    from sim import stack
+    from tests import sim_stack as stack
 
     started = time.monotonic()
     stack.ensure_up()
     sim_log(f"phase: sim up {time.monotonic() - started:.1f}s")
     cfg, access = stack.load()
     if not stack.has_state():
-        stack.destroy_by_label(cfg, access)  # containers no state knows of block creates
+        # Containers that no state knows of (a deleted state) would block the creates.
+        stack.cluster().remove_inner_containers(f"{LABEL_PREFIX}.stack={stack.STACK}")
     started = time.monotonic()
     result = stack.engine("up", log=sim_log)
     seconds = time.monotonic() - started

@@ -18,7 +18,7 @@ import pulumi
 from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
-from components.deployment import deploy
+from components.cluster import SparkVllmCluster, SparkVllmClusterArgs
 from localengine.program import own_process_pickler
 from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
@@ -33,12 +33,11 @@ def apply_program(
     *,
     stack: str,
     monitor: MockMonitor | None = None,
+    project: str = "spark-vllm",
 ) -> dict[str, Any]:
     """Run `program` (which registers resources and returns outputs) under `mocks` and
     return its outputs fully resolved. Raises what the program or a resource raised."""
-    pulumi.runtime.set_mocks(
-        mocks, project="spark-vllm", stack=stack, preview=False, monitor=monitor
-    )
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     resolved: dict[str, Any] = {}
 
     @pulumi.runtime.test
@@ -46,8 +45,25 @@ def apply_program(
         return pulumi.Output.from_input(dict(program())).apply(resolved.update)
 
     with own_process_pickler():
-        run()
+        try:
+            run()
+        finally:
+            _drop_leftover_tasks()
     return resolved
+
+
+def _drop_leftover_tasks() -> None:
+    """A program that raised leaves its other applies scheduled on the shared event loop;
+    run on, they would fail the NEXT program run in this process with this one's error (as
+    a process per program would not). Cancel them."""
+    import asyncio
+
+    loop = asyncio.get_event_loop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 @dataclass
@@ -86,6 +102,15 @@ class RecordingMonitor(MockMonitor):
     def __init__(self, mocks: pulumi.runtime.Mocks):
         super().__init__(mocks)
         self.registrations: dict[str, Registration] = {}
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        """The URN as the engine makes it: the parent's whole qualified type prefixes the
+        type (pkg/resource/deploy/deployment.go generateURN), where the SDK's mock monitor
+        keeps only the parent's last type."""
+        qualified = parent.split("::")[2] if parent else ""
+        if qualified and qualified != "pulumi:pulumi:Stack":
+            type_ = f"{qualified}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -130,6 +155,7 @@ def healthy_facts(cfg: StackConfig, node: NodeConfig) -> str:
             f"netdev_addresses={link.address}",
             f"netdevs=lo,enP7s7,{link.netdev}",
             f"rdma_devices={','.join(link.roce_hcas)}",
+            "nccl_host=2.27.3",
             "hf_cache_free_kb=2936012800",
         ]
     )
@@ -149,7 +175,13 @@ def healthy_links(cfg: StackConfig, node: NodeConfig) -> str:
     return "\n".join(lines)
 
 
-IMAGE_VERSIONS = {"python": "3.12.3", "ray": "2.60.0", "torch": "2.9.0", "vllm": "0.17.1"}
+IMAGE_VERSIONS = {
+    "python": "3.12.3",
+    "ray": "2.60.0",
+    "torch": "2.9.0",
+    "vllm": "0.17.1",
+    "nccl": "2.27.3+pip:nvidia-nccl-cu12",
+}
 
 
 @dataclass
@@ -176,6 +208,9 @@ class NodeAnswers(pulumi.runtime.Mocks):
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
             if name == f"image-versions-{n.name}":
                 return json.dumps(self.versions(n.name))
+        if name == f"{cfg.head}-hub-access":
+            return json.dumps({"hub": "ok", "status": 200, "gated": False,
+                               "token": cfg.hf_token is not None, "detail": ""})  # fmt: skip
         if name == f"image-support-{cfg.head}":
             return json.dumps(
                 {
@@ -267,7 +302,10 @@ class Run:
 def run_program(cfg: StackConfig, access: SshAccess, answers: NodeAnswers | None = None) -> Run:
     answers = answers or NodeAnswers(cfg)
     monitor = RecordingMonitor(answers)
-    outputs = apply_program(
-        lambda: deploy(cfg, "test", access), answers, stack="test", monitor=monitor
-    )
+
+    def program() -> dict[str, Any]:
+        args = SparkVllmClusterArgs(config=cfg, stack="test", access=access)
+        return SparkVllmCluster("spark-vllm", args).outputs
+
+    outputs = apply_program(program, answers, stack="test", monitor=monitor)
     return Run(outputs=outputs, registrations=monitor.registrations)

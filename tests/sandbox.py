@@ -15,7 +15,10 @@ ever executed as a command; `Sandbox.calls("pwned")` must stay empty.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,14 +100,21 @@ class Sandbox:
         (self.root / "work").mkdir(exist_ok=True)
 
     def run(
-        self, argv: list[str], *, stdin: str = "", mode: str = "ok", timeout: float = 30
+        self,
+        argv: list[str],
+        *,
+        stdin: str = "",
+        mode: str = "ok",
+        timeout: float = 30,
+        home: Path | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run `argv` (e.g. ["bash", "-c", script]) with only the sandbox on PATH. `mode`:
         stubs succeed (`ok`), fail (`fail`), or fail only `... inspect ...` (`absent`: no
-        such image or container), so a script's error branches run too."""
+        such image or container), so a script's error branches run too. `home`: $HOME for
+        this run (a fresh one is a fresh container's)."""
         env = {
             "PATH": str(self.bin),
-            "HOME": str(self.root / "home"),
+            "HOME": str(home or self.root / "home"),
             "TMPDIR": str(self.root / "work"),
             "SANDBOX_LOG": str(self.log),
             "SANDBOX_MODE": mode,
@@ -113,16 +123,28 @@ class Sandbox:
         }
         # In a network namespace of its own (loopback only, down): a script that opens a
         # socket itself (bash's /dev/tcp) reaches nothing, not even the example addresses.
-        return subprocess.run(
+        # A session of its own: on a timeout the whole group goes (a script's background
+        # children would otherwise hold its output open, and the test, forever).
+        proc = subprocess.Popen(
             [UNSHARE, "--net", "--", *argv],
-            input=stdin,
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
             cwd=self.root / "work",
-            timeout=timeout,
-            check=False,
+            start_new_session=True,
         )
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left running in the background
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def all_calls(self) -> list[list[str]]:
         """Every stub call so far: [program, arg1, arg2, ...]."""

@@ -227,6 +227,20 @@ BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         "not a Linux interface name",
     ),
     (
+        "a digest-pinned image from a tarball",
+        lambda raw: raw["image"].update(
+            ref="a/b@sha256:" + "ab" * 32, source="tarball", tarball="/srv/img.tar"
+        ),
+        "image",
+        "does not record",
+    ),
+    (
+        "a digest that is not sha256",
+        _set("image.ref", "a/b@sha512:" + "ab" * 64),
+        "image",
+        "only sha256 digests",
+    ),
+    (
         "image ref with a quote",
         _set("image.ref", "x'; touch /tmp/p; '"),
         "image.ref",

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.specs import containers
 from sparkvllm.specs.containers import SPEC_LABEL
-from sparkvllm.specs.drift import (
+from sparkvllm.specs.drift_rules import (
     ContainerLive,
     NodeLive,
     expected_containers,
@@ -46,6 +47,7 @@ def healthy(cfg: StackConfig) -> dict[str, NodeLive]:
         "ready": True,
         "health_status": 200,
         "models": [cfg.model.name_for_clients],
+        "smoke": {"ok": True, "status": 200, "text": "ok"},
     }
     return live
 
@@ -196,7 +198,7 @@ def test_fixes_name_steps_the_program_registers(spark_raw: dict[str, Any]) -> No
 
 
 def test_weights_state_reads_a_real_snapshot(spark_raw: dict[str, Any], tmp_path: Any) -> None:
-    from sparkvllm.specs.model import weights_state
+    from sparkvllm.specs.weights import weights_state
     from tests.conftest import hf_snapshot
 
     raw = copy.deepcopy(spark_raw)
@@ -216,3 +218,106 @@ def test_weights_state_reads_a_real_snapshot(spark_raw: dict[str, Any], tmp_path
     broken = read()
     assert broken.weights_gaps == "model.safetensors"
     assert broken.weights_manifest != whole.weights_manifest
+
+
+PINNED = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("pin", "digests", "last_fingerprint", "found"),
+    [
+        (False, (), None, []),
+        (False, (), "f" * 64, []),
+        (False, (), "0" * 64, ["image changed since the last up"]),
+        (True, (f"hellohal2064/vllm-qwen3.5-gb10@{PINNED}",), "f" * 64, []),
+        (True, ("hellohal2064/vllm-qwen3.5-gb10@sha256:" + "cd" * 32,), None,
+         ["image not the pinned digest"]),
+        (True, (), None, ["image not the pinned digest"]),
+    ],
+)  # fmt: skip
+def test_the_head_image_is_the_pinned_and_the_recorded_one(
+    spark_raw: dict[str, Any],
+    pin: bool,
+    digests: tuple[str, ...],
+    last_fingerprint: str | None,
+    found: list[str],
+) -> None:
+    """Against the config's digest (the head pulled it; workers get it by `docker load`,
+    which records no digest) and the fingerprint the last `up` recorded in its outputs."""
+    if pin:
+        spark_raw["image"]["ref"] = f"hellohal2064/vllm-qwen3.5-gb10@{PINNED}"
+    cfg = load_stack_config(spark_raw)
+    live = healthy(cfg)
+    live[cfg.head].image_digests = digests
+    last = {"image": {"fingerprint": last_fingerprint}} if last_fingerprint else None
+    drifts = find_drift(cfg, STACK, live, last)
+    assert [d.what for d in drifts] == found
+    for d in drifts:
+        assert d.node == cfg.head and "image-obtain-spark-1" in d.detail
+
+
+def test_state_reads_the_image_digests() -> None:
+    out = f"image.id={IMG}\nimage.digests=a/b@{PINNED} c/d@{PINNED}\n"
+    assert parse_state(out).image_digests == (f"a/b@{PINNED}", f"c/d@{PINNED}")
+
+
+def test_a_stuck_server_is_found_by_a_token_not_by_health(spark_raw: dict[str, Any]) -> None:
+    """/health 200 but no token: the engine is stuck; the finding names the node and the
+    server's last log line."""
+    cfg = load_stack_config(spark_raw)
+    live = healthy(cfg)
+    server = live[cfg.head].server
+    assert server is not None
+    server["smoke"] = {"ok": False, "status": 0, "text": "timed out"}
+    server["last_log"] = "EngineCore hung in execute_model"
+    (found,) = find_drift(cfg, STACK, live)
+    assert (found.node, found.what) == (cfg.head, "model server stuck")
+    assert "timed out" in found.detail and "EngineCore hung in execute_model" in found.detail
+
+
+def test_a_crash_looped_container_says_why(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    server = containers.model_server(cfg, STACK)
+    out = "\n".join(
+        [
+            f"container.{server.name}=exited 137 {server.labels[SPEC_LABEL]} {IMG} 3 true",
+            f"container_log.{server.name}=torch.OutOfMemoryError: CUDA out of memory",
+            f"image.id={IMG}",
+        ]
+    )
+    live = healthy(cfg)
+    live[cfg.head].containers[server.name] = parse_state(out).containers[server.name]
+    live[cfg.head].server = None
+    (found,) = find_drift(cfg, STACK, live)
+    assert found.what == "container not running"
+    assert "exit code 137, restarted 3 time(s), killed for lack of memory (OOM)" in found.detail
+    assert "last log: torch.OutOfMemoryError" in found.detail
+
+
+@pytest.mark.parametrize(
+    ("logs", "told"),
+    [
+        (  # vLLM refusing its config: the reason, not the link after it
+            (
+                "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+                "  Value error, User-specified max_model_len (100000) is greater\n"
+                "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n"
+            ),
+            "  Value error, User-specified max_model_len (100000) is greater",
+        ),
+        ("loading\ntorch.OutOfMemoryError: CUDA out of memory\nshutting down\n",
+         "torch.OutOfMemoryError: CUDA out of memory"),
+        ("starting\nall quiet\n", "all quiet"),
+    ],
+)  # fmt: skip
+def test_the_telling_log_line(logs: str, told: str) -> None:
+    import shlex
+    import subprocess
+
+    from sparkvllm.specs.drift_rules import telling_log_line
+
+    command = telling_log_line("X").replace(
+        "docker logs --tail 30 X 2>&1", f"printf '%s' {shlex.quote(logs)}"
+    )
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
+    assert out.stdout.rstrip("\n") == told

@@ -3,7 +3,9 @@ outputs, and the rendered container and command inputs, for 2 and 4 nodes."""
 
 from __future__ import annotations
 
+import base64
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +14,8 @@ import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.specs.ssh import docker_ssh_opts
-from sparkvllm.workstation import prepare_ssh_access
-from tests.conftest import ROOT, TEST_API_KEY, TEST_PRIVATE_KEY
+from sparkvllm.workstation import prepare_ssh_access, state_dir_ref
+from tests.conftest import ROOT, TEST_API_KEY, TEST_HF_TOKEN, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers, Run, run_program
 
 CONTAINER = "docker:index/container:Container"
@@ -47,6 +49,12 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
         ("model-server-container", f"image-obtain-{head}"),
         ("model-server-health", "model-server-container"),
     ]
+    if not cfg.model.offline:
+        # Nothing is obtained or downloaded before the head said it can reach the model.
+        arrows += [
+            (f"image-obtain-{head}", f"{head}-hub-access"),
+            (f"model-download-{head}", f"{head}-hub-access"),
+        ]
     for n in cfg.worker_nodes:
         w = n.name
         arrows += [
@@ -104,10 +112,10 @@ def test_dropping_a_dependency_is_caught(
     for fn_name in ("container", "remote_command"):
         original = getattr(adapters, fn_name)
 
-        def stripped(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            if kwargs["resource_name"] == drop:
+        def stripped(spec: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if getattr(spec, "resource_name", spec.name) == drop:
                 kwargs["depends_on"] = []
-            return _original(*args, **kwargs)
+            return _original(spec, **kwargs)
 
         for module in (
             "components.ray_head",
@@ -120,10 +128,10 @@ def test_dropping_a_dependency_is_caught(
     from components.node_step import NodeStep
 
     class Stripped(NodeStep):
-        def __init__(self, resource_name: str, *args: Any, **kwargs: Any) -> None:
-            if resource_name == drop and kwargs.get("opts") is not None:
+        def __init__(self, spec: Any, **kwargs: Any) -> None:
+            if spec.name == drop and kwargs.get("opts") is not None:
                 kwargs["opts"] = pulumi.ResourceOptions(parent=kwargs["opts"].parent)
-            super().__init__(resource_name, *args, **kwargs)
+            super().__init__(spec, **kwargs)
 
     for module in ("components.synced_image", "components.model_weights",
                    "components.model_server"):  # fmt: skip
@@ -144,7 +152,13 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
         "sparkvllm:index:RayWorker",
         "sparkvllm:index:ModelServer",
         "sparkvllm:index:ModelWeights",
+        "sparkvllm:index:SparkVllmCluster",
     }
+    # Every part sits in the one cluster component.
+    cluster = next(u for u, t in components.items() if t == "sparkvllm:index:SparkVllmCluster")
+    for urn, typ in components.items():
+        if urn != cluster:
+            assert run.registrations[urn].parent == cluster, typ
     expected_parent = {
         CONTAINER: {
             "sparkvllm:index:RayHead",
@@ -152,12 +166,12 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
             "sparkvllm:index:ModelServer",
         },
         COMMAND: {
-            "sparkvllm:index:GB10Node",
             "sparkvllm:index:SyncedImage",
             "sparkvllm:index:ModelWeights",
             "sparkvllm:index:ModelServer",
         },
         NODE_STEP: {
+            "sparkvllm:index:GB10Node",  # the preflight: facts, links, the head's hub check
             "sparkvllm:index:SyncedImage",
             "sparkvllm:index:ModelWeights",
             "sparkvllm:index:ModelServer",
@@ -273,10 +287,11 @@ def test_without_rdma_no_devices_and_ib_disabled(spark_raw: dict[str, Any]) -> N
 
 def test_secrets_stay_secret(spark_raw: dict[str, Any]) -> None:
     spark_raw["api_key"] = TEST_API_KEY
+    spark_raw["hf_token"] = TEST_HF_TOKEN
     _, run = deployed(spark_raw)
     dumped = json.dumps(run.outputs, default=str)
     assert TEST_PRIVATE_KEY.splitlines()[1] not in dumped
-    assert TEST_API_KEY not in dumped
+    assert TEST_API_KEY not in dumped and TEST_HF_TOKEN not in dumped
     for r in run.of_type(COMMAND):
         assert r.secret_input("connection"), r.name  # holds the private key
         assert TEST_PRIVATE_KEY.splitlines()[1] not in r.state["create"]
@@ -285,6 +300,26 @@ def test_secrets_stay_secret(spark_raw: dict[str, Any]) -> None:
     for r in run.of_type(NODE_STEP):
         assert TEST_PRIVATE_KEY.splitlines()[1] not in json.dumps(r.state, default=str), r.name
     assert run.by_name("image-sync-spark-2").plain("stdin_identity") is True
+    # The hf_token: the head's hub check and the weights download (NodeSteps) name the
+    # 0600 file the workstation wrote, never the token; no input holds it.
+    token_file = f"{state_dir_ref('test')}/hf_token"
+    for name in ("spark-1-hub-access", "model-download-spark-1"):
+        assert run.by_name(name).plain("stdin_file") == token_file, name
+    assert oct(Path(token_file).expanduser().stat().st_mode)[-3:] == "600"
+    assert Path(token_file).expanduser().read_text().strip() == TEST_HF_TOKEN
+    for r in run.registrations.values():
+        assert TEST_HF_TOKEN not in json.dumps(r.state, default=str), r.name
+    # Nor the providers pickled into the state (the preflight judges carry the config).
+    for r in run.of_type(NODE_STEP):
+        blob = base64.b64decode(str(r.plain("__provider")))
+        for secret in (TEST_HF_TOKEN, TEST_API_KEY, TEST_PRIVATE_KEY.splitlines()[1]):
+            assert secret.encode() not in blob, (r.name, secret)
+    facts = base64.b64decode(str(run.by_name("spark-1-facts").plain("__provider")))
+    assert b"spark-1" in facts  # the judge and its config are in there
+    download = run.by_name("model-download-spark-1")
+    assert "-e HF_TOKEN " in download.plain("create") and "HF_TOKEN=" not in download.plain(
+        "create"
+    )
     server = run.by_name("model-server-container")
     assert server.secret_input("envs")
     assert f"VLLM_API_KEY={TEST_API_KEY}" in server.plain("envs")
@@ -411,9 +446,14 @@ def test_ray_client_output_compares_the_workstation_with_the_cluster(
     assert run.outputs["image"]["versions"] == IMAGE_VERSIONS
     client = run.outputs["ray_client"]
     assert client["workstation"]["python"] == platform.python_version()
-    # This venv has Python 3.11 and the fixture cluster 3.12: a Ray Client could not attach.
+    # A cluster on another Python than this one (whichever this is): no Ray Client.
+    other = {**IMAGE_VERSIONS, "python": "3.99.1"}
+    cfg = load_stack_config(spark_raw)
+    _, run = deployed(spark_raw, NodeAnswers(cfg, versions=lambda _node: dict(other)))
+    client = run.outputs["ray_client"]
     assert client["compatible"] is False
-    assert "python 3.11" in client["detail"] and "3.12.3 on the cluster" in client["detail"]
+    assert f"python {platform.python_version()} here" in client["detail"]
+    assert "3.99.1 on the cluster" in client["detail"]
 
 
 def test_weights_that_differ_across_nodes_fail(spark_raw: dict[str, Any]) -> None:
@@ -469,3 +509,116 @@ def test_model_outputs(spark_raw: dict[str, Any]) -> None:
     assert model["id"] == "Qwen/Qwen3.5-122B-A10B-FP8"
     assert model["support"]["vllm_version"] == "0.17.1rc1.dev25"
     assert model["weights_manifest"] == "e" * 64
+
+
+def test_every_resource_is_named_by_its_spec(spark4_raw: dict[str, Any]) -> None:
+    """One name per step: each command, node step and container the program registers is
+    named by a spec of the plans (sparkvllm/specs/plans.py); no component names one itself."""
+    import dataclasses
+
+    from sparkvllm.specs import plans
+    from sparkvllm.specs.commands import CommandSpec
+    from sparkvllm.specs.containers import ContainerSpec
+
+    cfg, run = deployed(spark4_raw)
+    access = prepare_ssh_access(cfg, "test", ROOT)
+    built: list[Any] = [
+        *(
+            plans.node(cfg, n, host_key=None, identity_ref="", known_hosts_ref="",
+                       control_dir_ref="")
+            for n in cfg.nodes
+        ),
+        plans.image(cfg, access.host_keys),
+        plans.model_weights(cfg, access.host_keys),
+        plans.ray_head(cfg, "test"),
+        *(plans.ray_worker(cfg, "test", n) for n in cfg.worker_nodes),
+        plans.model_server(cfg, "test"),
+    ]  # fmt: skip
+
+    def specs(value: Any) -> list[Any]:
+        if isinstance(value, CommandSpec | ContainerSpec):
+            return [value]
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in specs(v)]
+        if isinstance(value, tuple):
+            return [s for v in value for s in specs(v)]
+        return []
+
+    names = {
+        s.name if isinstance(s, CommandSpec) else s.resource_name
+        for plan in built
+        for f in dataclasses.fields(plan)
+        for s in specs(getattr(plan, f.name))
+    }
+    registered = {r.name for r in run.registrations.values()
+                  if r.type in (CONTAINER, COMMAND, NODE_STEP)}  # fmt: skip
+    assert registered == names
+    # Components are named by their plans too.
+    parts = [
+        r
+        for r in run.registrations.values()
+        if r.type.startswith("sparkvllm:") and r.type != plans.CLUSTER_TYPE
+    ]
+    assert {r.name for r in parts} == {p.name for p in built}
+    assert {r.type for r in parts} == {type(p).TYPE for p in built}
+
+
+def test_components_take_plans_not_the_config() -> None:
+    """A component's Args carry what it adapts (its plan, the resources it builds on),
+    never the StackConfig or a NodeConfig to re-derive things from."""
+    import dataclasses
+    import typing
+
+    from components import (
+        gb10_node,
+        model_server,
+        model_weights,
+        ray_head,
+        ray_worker,
+        synced_image,
+    )
+
+    args = [
+        gb10_node.GB10NodeArgs,
+        synced_image.SyncedImageArgs,
+        model_weights.ModelWeightsArgs,
+        ray_head.RayHeadArgs,
+        ray_worker.RayWorkerArgs,
+        model_server.ModelServerArgs,
+    ]
+    for cls in args:
+        hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+        fields = {f.name: str(hints[f.name]) for f in dataclasses.fields(cls)}
+        assert "plan" in fields, cls
+        assert not any("StackConfig" in t or "NodeConfig" in t for t in fields.values()), fields
+
+
+def test_outputs_are_the_documented_contract(spark_raw: dict[str, Any]) -> None:
+    """docs/outputs.md lists exactly the outputs the program exports, and none is secret."""
+    import re
+
+    doc = (ROOT / "docs" / "outputs.md").read_text()
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", doc, re.M))
+    _, run = deployed(spark_raw)
+    assert set(run.outputs) == documented
+    assert "[secret]" not in json.dumps(run.outputs) and TEST_PRIVATE_KEY not in json.dumps(
+        run.outputs, default=str
+    )
+
+
+def test_nccl_output_names_a_host_whose_nccl_differs(spark_raw: dict[str, Any]) -> None:
+    """The image's NCCL, each host's, the transport; a warning names the odd host."""
+    cfg = load_stack_config(spark_raw)
+    answers = NodeAnswers(cfg)
+    from tests.pulumi_mocks import healthy_facts
+
+    odd = healthy_facts(cfg, cfg.nodes[1]).replace("nccl_host=2.27.3", "nccl_host=2.21.5")
+    answers.overrides[f"{cfg.nodes[1].name}-facts"] = odd
+    _, run = deployed(spark_raw, answers)
+    nccl = run.outputs["nccl"]
+    assert nccl["image"] == "2.27.3+pip:nvidia-nccl-cu12"
+    assert nccl["hosts"] == {"spark-1": "2.27.3", "spark-2": "2.21.5"}
+    (warning,) = nccl["warnings"]
+    assert warning.startswith("node spark-2: the host's NCCL is 2.21.5, the image's 2.27.3")
+    _, same = deployed(spark_raw)
+    assert same.outputs["nccl"]["warnings"] == []

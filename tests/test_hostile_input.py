@@ -18,6 +18,7 @@ import json
 import random
 import re
 import runpy
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from localengine.providers.command import CommandProvider
 from sparkvllm.config import ConfigError, StackConfig, load_stack_config
 from sparkvllm.specs.ssh import SshOptions, SshTarget
 from tests import sandbox
-from tests.conftest import ROOT, TEST_PRIVATE_KEY, stack_file
+from tests.conftest import ROOT, TEST_HF_TOKEN, TEST_PRIVATE_KEY, stack_file
 from tests.pulumi_mocks import NodeAnswers, RecordingMonitor, Registration, apply_program
 
 pytestmark = pytest.mark.skipif(bool(sandbox.available()), reason=sandbox.available() or "")
@@ -60,6 +61,7 @@ SIM_HOST_KEYS = {  # generated for these tests; they belong to no machine
 # Optional string fields the stack files leave out, with their parents present.
 OPTIONAL = (
     "endpoint_host",
+    "model.hub_endpoint",
     "model.served_name",
     "vllm.reasoning_parser",
     "vllm.tool_call_parser",
@@ -130,10 +132,12 @@ class Runner:
     def __init__(self, box: sandbox.Sandbox, monkeypatch: pytest.MonkeyPatch):
         self.box = box
         self.mode = "ok"
+        self.stdins: list[str] = []  # what each remote run was fed
         monkeypatch.setattr(node_step, "run_ssh", self.transport)
 
     def transport(self, target: SshTarget, command: str, **kw: Any) -> Any:
         """`sparkvllm.remote.run_ssh`, into the sandbox."""
+        self.stdins.append(kw.get("stdin") or "")
         return self.box.run(target.argv(command), stdin=kw.get("stdin") or "", mode=self.mode)
 
     def run_all(self, registrations: dict[str, Registration], *, mode: str) -> None:
@@ -155,7 +159,10 @@ class Runner:
                 self.box.run(target.argv("docker system dial-stdio"), mode=mode)
             elif reg.type == "docker:index/container:Container":
                 argv = [*(state.get("entrypoints") or []), *state["command"]]
-                self.box.run([str(a) for a in argv], mode=mode)
+                # Each run as a new container's: its own home (the server counts its
+                # starts there).
+                home = Path(tempfile.mkdtemp(dir=self.box.root))
+                self.box.run([str(a) for a in argv], mode=mode, home=home)
 
 
 def _tolerate(fn: Any, *args: Any) -> None:
@@ -168,7 +175,7 @@ def run_main(raw: dict[str, Any], stack: str) -> RecordingMonitor:
     """Run __main__.py under the mock runtime with `raw` as the stack's Pulumi config; the
     monitor holds what it registered (also when it raised: see `error`)."""
     values = {f"spark-vllm:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
-    secret = [f"spark-vllm:{k}" for k in ("ssh_private_key", "api_key") if k in raw]
+    secret = [f"spark-vllm:{k}" for k in ("ssh_private_key", "api_key", "hf_token") if k in raw]
     runtime_config.set_all_config(values, secret)
     answers = NodeAnswers(_lenient(raw))
     monitor = RecordingMonitor(answers)
@@ -238,6 +245,25 @@ def test_hostile_values_are_refused_or_stay_one_literal_argument(
     assert not problems, "\n".join(problems)
     # The sweep must have exercised both outcomes.
     assert accepted and len(accepted) < len(paths) * len(PAYLOADS)
+
+
+def test_the_hf_token_reaches_the_nodes_on_stdin_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every registered command run in the sandbox: the token is fed to the hub check and
+    the weights download, and is no word of any program they start (docker gets
+    `-e HF_TOKEN` by name)."""
+    raw = {**stack_raw("spark"), "hf_token": TEST_HF_TOKEN}
+    monitor = run_main(raw, "spark")
+    assert monitor.error is None, monitor.error  # type: ignore[attr-defined]
+    runner = Runner(sandbox.Sandbox(tmp_path / "box"), monkeypatch)
+    runner.run_all(monitor.registrations, mode="ok")
+    fed = [s for s in runner.stdins if TEST_HF_TOKEN in s]
+    assert len(fed) == 2, f"the hub check and the download get it: {len(fed)}"
+    assert not [w for w in words_of(runner.box) if TEST_HF_TOKEN in w]
+    assert ["-e", "HF_TOKEN"] in [
+        call[i : i + 2] for call in runner.box.calls("docker") for i in range(len(call))
+    ]
 
 
 def _names(line: str, path: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -448,3 +449,71 @@ def test_a_daemon_that_does_not_answer_is_an_error_not_a_gone_container(project:
     assert "Cannot connect to the Docker daemon" in result.error
     project.node.daemon_down = False
     assert ops(project.run(refresh=True)) == {}, "the container was kept in the state"
+
+
+# --- Pulumi.yaml's config block (pkg/workspace/config.go mergeConfig, project.go Validate)
+
+
+PROJECT_DECL: dict[str, Any] = {
+    "name": "spark-vllm",
+    "config": {
+        "head": {"type": "string"},
+        "nodes": {"type": "array", "items": {"type": "object"}},
+        "drop_page_cache": {"type": "boolean", "default": False},
+        "ports": {"type": "object", "default": {}},
+        "pulumi:tags": {"value": {"a": "b"}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "project_change", "error"),
+    [
+        ({"head": "a", "nodes": [{}]}, {}, None),
+        ({"nodes": [{}]}, {}, "Stack 's' is missing configuration value 'head'"),
+        ({}, {}, "Stack 's' is missing configuration values 'head' and 'nodes'"),
+        ({"head": "a", "nodes": {"x": 1}}, {}, "key 'nodes' must be of type 'array<object>'"),
+        ({"head": "a", "nodes": ["x"]}, {}, "key 'nodes' must be of type 'array<object>'"),
+        ({"head": "a", "nodes": [{}], "drop_page_cache": "yes"}, {}, "must be of type 'boolean'"),
+        ({"head": "a", "nodes": [{}], "drop_page_cache": True}, {}, None),
+        ({"head": 7, "nodes": [{}]}, {}, None),  # a stack scalar is its text: "7" is a string
+        ({"head": "a", "nodes": [{}]}, {"ports": {"type": "object", "default": 1}},
+         "default value specified for configuration key 'ports' is not of the expected type"),
+        ({"head": "a", "nodes": [{}]}, {"x": {"type": "array"}}, "does not specify the underlying"),
+        ({"head": "a", "nodes": [{}]}, {"aws:region": {"type": "string"}},
+         "is not namespaced by the project and should not define a type"),
+        ({"head": "a", "nodes": [{}]}, {"k": {"default": 1, "value": 2}},
+         "cannot have both a 'default' and 'value' attribute"),
+        ({"head": "a", "nodes": [{}]}, {"k": {"type": "string", "secret": True, "default": "x"}},
+         "key 'k' must be encrypted as it's secret"),
+    ],
+)  # fmt: skip
+def test_project_config_block_rules(
+    config: dict[str, Any], project_change: dict[str, Any], error: str | None
+) -> None:
+    from localengine.program import StackConfigError, apply_project_config
+
+    project = copy.deepcopy(PROJECT_DECL)
+    project["config"].update(project_change)
+    if error is None:
+        merged = apply_project_config(project, "s", config, set())
+        assert merged["spark-vllm:drop_page_cache"] == config.get("drop_page_cache", False)
+        assert merged["spark-vllm:ports"] == {} and merged["pulumi:tags"] == {"a": "b"}
+        return
+    with pytest.raises(StackConfigError, match=re.escape(error)):
+        apply_project_config(project, "s", config, set())
+
+
+def test_cli_output_prints_the_stack_outputs_from_the_state(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`output` reads the root stack's outputs (pulumi stack output): secrets as [secret]
+    unless --show-secrets; no state is an error naming the fix."""
+    assert cli.main(["output", "--stack", "test", "--cwd", str(project.dir)]) == 1
+    assert "run `up` first" in capsys.readouterr().err
+    project.run()
+    assert cli.main(["output", "--stack", "test", "--json", "--cwd", str(project.dir)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown and shown == cli.stack_outputs(project.dir, "test", show_secrets=False)
+    root = next(r for r in project.state()["resources"] if r["type"] == "pulumi:pulumi:Stack")
+    assert set(shown) == set(root["outputs"])

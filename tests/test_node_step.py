@@ -19,6 +19,9 @@ BASE: dict[str, Any] = {
 }  # fmt: skip
 
 
+ACCESS: list[str] = []  # marker: an access change (an update, no replace)
+
+
 def _state(**changes: Any) -> dict[str, Any]:
     return {**BASE, "stdout": "fingerprint=f1", "expected": "f1", "observed": "f1",
             "generation": "g1", **changes}  # fmt: skip
@@ -33,9 +36,11 @@ def _state(**changes: Any) -> dict[str, Any]:
         (_state(), {**BASE, "triggers": ["ref:2", "gen-a"]}, ["triggers"]),
         (_state(), {**BASE, "create": "stream v2"}, ["create"]),
         (_state(), {**BASE, "read_host": "10.0.0.3"}, ["read_host"]),
-        # How the node is reached, and how the step is read back, re-run nothing.
-        (_state(), {**BASE, "user": "ops", "host_key": "ssh-ed25519 AAAA9"}, []),
-        (_state(), {**BASE, "identity_file": "/home/ci/.cache/spark-vllm/sim/id"}, []),
+        # How the node is reached re-runs nothing (an update records it: ACCESS), and how
+        # the step is read back changes nothing.
+        (_state(), {**BASE, "user": "ops", "host_key": "ssh-ed25519 AAAA9"}, ACCESS),
+        (_state(), {**BASE, "identity_file": "/home/ci/.cache/spark-vllm/sim/id"}, ACCESS),
+        (_state(), {**BASE, "jump": ["bastion", 22, "root", None]}, ACCESS),
         (_state(), {**BASE, "read": "echo fingerprint=$(fp2)"}, []),
     ],
     ids=[
@@ -47,12 +52,21 @@ def _state(**changes: Any) -> dict[str, Any]:
         "read node",
         "access",
         "identity path",
+        "jump host",
         "read command",
     ],
 )
 def test_diff(olds: dict[str, Any], news: dict[str, Any], replaces: list[str]) -> None:
     diff = NodeStepProvider().diff("id", olds, news)
-    assert (diff.changes, sorted(diff.replaces or [])) == (bool(replaces), replaces)
+    if replaces is ACCESS:
+        assert diff.changes is True and not diff.replaces
+        # The update records the new access and keeps what the step left.
+        outs = NodeStepProvider().update("id", olds, news).outs
+        assert outs is not None
+        kept = {"stdout": "fingerprint=f1", "expected": "f1", "observed": "f1", "generation": "g1"}
+        assert {k: outs.get(k) for k in [*news, *kept]} == {**news, **kept}
+    else:
+        assert (diff.changes, sorted(diff.replaces or [])) == (bool(replaces), replaces)
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,9 @@ import pytest
 
 from components.node_step import state_value
 from localengine.operations import Result, run
-from localengine.providers.base import Provider
+from localengine.providers.base import Provider, ProviderError, ReadResult
 from localengine.providers.dynamic import DynamicProvider
+from localengine.providers.dynamic import _provider as dynamic_provider
 from sparkvllm.config import load_stack_config
 from tests.conftest import ROOT, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import NodeAnswers
@@ -43,8 +44,9 @@ class AnswerCommand(FakeCommand):
 
 
 class AnswerStep(DynamicProvider):
-    """NodeSteps on a healthy node: create prints the node's answer; reads see it as left.
-    (Check and diff are the real ones.)"""
+    """NodeSteps on a healthy node: create prints the node's answer, judged by the step's
+    own pickled judge (a preflight); reads see it as left. (Check and diff are the real
+    ones.)"""
 
     def __init__(self, node: Node, answers: NodeAnswers):
         self.node, self.answers = node, answers
@@ -54,13 +56,26 @@ class AnswerStep(DynamicProvider):
             return "", dict(inputs)
         self.node.calls.append(f"step {name}")
         stdout = self.answers.stdout_for(name)
-        value = state_value(stdout, str(inputs["state_key"]))
+        judge = dynamic_provider(inputs).judge  # type: ignore[attr-defined]
+        if judge is not None:
+            try:
+                judge(stdout)
+            except Exception as e:
+                raise ProviderError(f"{name}: {e}") from None
+        key = inputs.get("state_key")
+        value = state_value(stdout, str(key)) if key else ""
         outs = {**inputs, "stdout": stdout, "expected": value, "observed": value,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
         return f"{name}-1", outs
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self.node.calls.append(f"undo {id_}")
+
+    def read(
+        self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]
+    ) -> ReadResult:
+        """The node as each step left it."""
+        return ReadResult(id_, inputs, outputs)
 
 
 @pytest.fixture
@@ -89,11 +104,11 @@ class Stack:
             return FakeDocker(self.node, inputs)
         return AnswerStep(self.node, self.answers)
 
-    def run(self, operation: str, raw: dict[str, Any]) -> Result:
+    def run(self, operation: str, raw: dict[str, Any], refresh: bool = False) -> Result:
         self.answers = NodeAnswers(load_stack_config(raw))
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
         secret = ["api_key"] if "api_key" in raw else []
-        result = run(operation, "spark", ROOT, config=raw, refresh=False, secret_keys=secret,
+        result = run(operation, "spark", ROOT, config=raw, refresh=refresh, secret_keys=secret,
                      provider_factory=self.factory, log=lambda _m: None)  # fmt: skip
         assert not result.error, result.error
         return result
@@ -141,7 +156,9 @@ DROPS = {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"}
 WEIGHTS = {"model-download-spark-1", "model-sync-spark-2"}
 IMAGE = {"image-obtain-spark-1", "image-sync-spark-2", "image-support-spark-1",
          "image-versions-spark-1", "image-versions-spark-2"}  # fmt: skip
-COMMANDS_OF_KEY = {f"{n}-{k}" for n in ("spark-1", "spark-2") for k in ("facts", "links")} | {
+# The pulumi-command steps (their connection holds the key); the preflight steps are
+# NodeSteps, which read the key from the identity file at call time.
+COMMANDS_OF_KEY = {
     "image-support-spark-1", "image-versions-spark-1", "image-versions-spark-2",
     "model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2",
 }  # fmt: skip
@@ -156,21 +173,21 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
         _set("vllm.max_model_len", 4096),
         SERVER | {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"},
     ),
-    # The healthcheck's start period is an in-place update (the provider records it; the
-    # live container keeps running); the readiness wait runs again.
-    (
-        "server_ready_s",
-        _set("timeouts.server_ready_s", 3000),
-        {"model-server-health", "model-server-container"},
-    ),
+    # Only the readiness wait runs again (the container's healthcheck does not carry it:
+    # the provider cannot change a live container's healthcheck).
+    ("server_ready_s", _set("timeouts.server_ready_s", 3000), {"model-server-health"}),
     ("ray_ready_s", _set("timeouts.ray_ready_s", 900), set()),
     ("gpu_memory_utilization", _set("vllm.gpu_memory_utilization", 0.7), SERVER | DROPS),
     ("an extra vLLM argument", _set("vllm.extra_args", ["--max-num-seqs", "8"]), SERVER | DROPS),
     ("the API key", _set("api_key", "sk-rotated-2"), SERVER),
     ("node list order", _reverse("nodes"), set()),
-    # The weights steps and the (read-only) check that the image implements the model's
-    # architectures, then the server (its command names the revision).
-    ("model revision", _set("model.revision", "r2"), WEIGHTS | SERVER | {"image-support-spark-1"}),
+    # The hub check, the weights steps and the (read-only) check that the image implements
+    # the model's architectures, then the server (its command names the revision).
+    (
+        "model revision",
+        _set("model.revision", "r2"),
+        WEIGHTS | SERVER | {"image-support-spark-1", "spark-1-hub-access"},
+    ),
     # The image steps and their checks, then every container, in order.
     (
         "image tag",
@@ -209,3 +226,78 @@ def test_preview_equals_up_and_only_what_must_change_changes(
     replaced = {n for n, op in done.items() if n.endswith("-container") and op != "update"}
     assert replaced <= containers if expected & SERVER == SERVER else not replaced, replaced
     assert changed(stack.run("up", after)) == {}
+    # What the nodes report back agrees with what up left: no change that never converges.
+    assert changed(stack.run("preview", after, refresh=True)) == {}
+
+
+OLD_LAYOUT_PROGRAM = """
+from pathlib import Path
+
+import pulumi
+
+from components.deployment import deploy
+from sparkvllm import config_sources
+from sparkvllm.workstation import prepare_ssh_access
+
+cfg = config_sources.from_runtime()
+stack = pulumi.get_stack()
+for key, value in deploy(cfg, stack, prepare_ssh_access(cfg, stack, Path("ROOT"))).items():
+    pulumi.export(key, value)
+"""
+
+
+def test_a_stack_made_before_the_cluster_component_changes_nothing(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parts of a stack deployed when they were top-level resources keep their state
+    under SparkVllmCluster (aliases to no parent, inherited by their children): the next
+    `up` creates the component and touches nothing on a node."""
+    import shutil
+
+    old = tmp_path / "old-project"
+    old.mkdir()
+    shutil.copy(ROOT / "Pulumi.yaml", old / "Pulumi.yaml")
+    (old / "__main__.py").write_text(OLD_LAYOUT_PROGRAM.replace("ROOT", str(ROOT)))
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    stack.answers = NodeAnswers(load_stack_config(base))
+    stack.node.images.setdefault(base["image"]["ref"], "sha256:" + "f" * 64)
+    first = run("up", "spark", old, config=base, refresh=False, secret_keys=["api_key"],
+                provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
+    assert not first.error, first.error
+    assert not any(s.name == "spark-vllm" for s in first.steps)
+    calls = len(stack.node.calls)
+    plan = changed(stack.run("preview", base))
+    done = changed(stack.run("up", base))
+    assert plan == done == {"spark-vllm": "create"}
+    assert len(stack.node.calls) == calls, stack.node.calls[calls:]
+    assert changed(stack.run("up", base)) == {}
+
+
+def test_a_failed_preflight_is_checked_again_once_the_node_is_fixed(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The preflight judges each node in its step's create: a failed one records nothing,
+    so after the node is fixed (the config unchanged) the next `up` asks it again and
+    passes. (Judged in an apply of the program, the failed output stayed recorded and every
+    later `up` failed on it until the config changed.)"""
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    cfg = load_stack_config(base)
+    good = NodeAnswers(cfg).stdout_for("spark-2-facts")
+    broken = good.replace("netdev_present=1", "netdev_present=0")
+    assert broken != good
+    original = NodeAnswers.stdout_for
+
+    def node_answers(self: NodeAnswers, name: str) -> str:
+        return broken if name == "spark-2-facts" else original(self, name)
+
+    monkeypatch.setattr(NodeAnswers, "stdout_for", node_answers)
+    stack.answers = NodeAnswers(cfg)
+    stack.node.images.setdefault(base["image"]["ref"], "sha256:" + "f" * 64)
+    failed = run("up", "spark", ROOT, config=base, refresh=False, secret_keys=["api_key"],
+                 provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
+    assert failed.error and "netdev" in failed.error and "does not exist" in failed.error
+    assert not any(s.name.endswith("-container") and s.op != "same" for s in failed.steps)
+    monkeypatch.setattr(NodeAnswers, "stdout_for", original)  # the node is fixed
+    healed = stack.run("up", base)
+    assert changed(healed).get("spark-2-facts") == "create", changed(healed)
+    assert changed(stack.run("up", base)) == {}

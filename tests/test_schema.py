@@ -41,3 +41,27 @@ def test_readme_config_reference_is_current() -> None:
     text = README.read_text()
     assert readme_with_reference(text) == text, "run: python -m sparkvllm.schema"
     assert "| `vllm.gpu_memory_utilization` | float | `0.8` |" in text
+
+
+def test_project_config_block_is_current() -> None:
+    from sparkvllm.schema import PROJECT_FILE, project_file_with_config
+
+    text = PROJECT_FILE.read_text()
+    assert project_file_with_config(text) == text, "run: python -m sparkvllm.schema"
+
+
+@pytest.mark.parametrize("stack", ["spark", "sim"])
+def test_stack_files_pass_the_project_config_block(stack: str) -> None:
+    """As `pulumi up` checks them (types; declared keys without a default present), and
+    every injected default is the schema's own: the program sees the same config."""
+    from localengine.program import apply_project_config, project_file
+    from sparkvllm.config import load_stack_config
+    from sparkvllm.config_sources import stack_file_raw
+
+    raw = stack_file_raw(stack, ROOT)
+    if stack == "spark":
+        raw["ssh_private_key_file"] = "~/.ssh/id_ed25519"
+    merged = apply_project_config(project_file(ROOT), stack, raw, set())
+    ours = {k.removeprefix("spark-vllm:"): v for k, v in merged.items() if "pulumi:" not in k}
+    assert set(ours) > set(raw)
+    assert load_stack_config(ours) == load_stack_config(raw)

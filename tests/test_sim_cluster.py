@@ -19,10 +19,11 @@ import urllib.request
 
 import pytest
 
-from sim import stack
 from sparkvllm.probes import server_health
-from sparkvllm.specs import model
-from sparkvllm.specs.commands import image_sync, parse_kv
+from sparkvllm.specs import weights
+from sparkvllm.specs.commands import image_sync
+from sparkvllm.specs.output import key_values
+from tests import sim_stack as stack
 from tests.conftest import SimDeployment
 
 pytestmark = pytest.mark.sim
@@ -72,7 +73,7 @@ def test_a_second_sync_transfers_nothing(tp2: Deployed) -> None:
     started = time.monotonic()
     out = stack.run_on(tp2.cfg, tp2.access, sync.node, sync.shell_command,
                        stdin=tp2.access.private_key, timeout=600)  # fmt: skip
-    facts = parse_kv(out)
+    facts = key_values(out)
     assert facts["transferred"] == "0"
     assert facts["fingerprint"] == tp2.outputs["image"]["fingerprint"]
     _log(f"phase: second image sync {time.monotonic() - started:.1f}s (no transfer)")
@@ -107,13 +108,13 @@ def test_health_output_is_what_a_fresh_probe_sees(tp2: Deployed) -> None:
     assert fresh["metrics"]["vllm:generation_tokens_total"] >= claimed["metrics"].get(
         "vllm:generation_tokens_total", 0
     )
-    assert claimed["nccl_transport"] == "unknown"  # CPU build: gloo, no NCCL at all
+    assert claimed["nccl_transport"] == "gloo"  # CPU build: torch.distributed over gloo
 
 
 def test_weights_were_already_in_place_and_verified(tp2: Deployed) -> None:
     assert len(tp2.outputs["model"]["weights_manifest"]) == 64
     assert tp2.outputs["model"]["support"]["architectures"] == ["Qwen3ForCausalLM"]
-    read = model.weights_read(tp2.cfg)
+    read = weights.weights_read(tp2.cfg)
     for node in tp2.cfg.nodes:
         out = stack.run_on(tp2.cfg, tp2.access, node.name, f"bash -c {shlex.quote(read)}")
-        assert parse_kv(out)["manifest"] == tp2.outputs["model"]["weights_manifest"]
+        assert key_values(out)["manifest"] == tp2.outputs["model"]["weights_manifest"]

@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import pytest
 
-from sim import stack
 from sparkvllm import drift
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs.containers import container_name
+from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim
@@ -52,7 +52,7 @@ def restart_node(d: SimDeployment) -> None:
     """A simulated reboot: the node container restarts, its dockerd and sshd with it."""
     subprocess.run(["docker", "restart", "-t", "1", f"sparkvllm-sim-{WORKER}"], check=True)
     deadline = time.monotonic() + 120
-    target = stack.node_target(d.cfg, d.access, WORKER)
+    target = d.access.targets[WORKER]
     while run_ssh(target, "docker info >/dev/null", timeout=20).returncode != 0:
         assert time.monotonic() < deadline, f"{WORKER} did not come back"
         time.sleep(2)

@@ -20,18 +20,12 @@ from typing import Any
 
 import pytest
 
-from sim import stack
 from sparkvllm.config import StackConfig
-from sparkvllm.specs import model, versions
-from sparkvllm.specs.commands import (
-    CommandSpec,
-    NodesDisagreeError,
-    fingerprint_script,
-    image_sync,
-    parse_kv,
-    same_on_every_node,
-)
+from sparkvllm.specs import versions, weights
+from sparkvllm.specs.commands import CommandSpec, fingerprint_script, image_sync
+from sparkvllm.specs.output import NodesDisagreeError, key_values, same_on_every_node
 from sparkvllm.workstation import SshAccess
+from tests import sim_stack as stack
 
 pytestmark = pytest.mark.sim
 
@@ -148,15 +142,15 @@ def test_a_missing_weight_file_on_the_head_stops_before_any_container(
 def test_a_missing_weight_file_on_a_worker_is_found_and_copied_again(sim: Sim) -> None:
     """The copy step compares the RESOLVED files: a worker whose symlink layout is intact
     but whose blob is gone gets the model again, and the manifests agree afterwards."""
-    manifest = f'{model.MANIFEST}; manifest "$(ls -d {SNAPSHOTS}/*)"'
+    manifest = f'{weights.MANIFEST_FN}; manifest "$(ls -d {SNAPSHOTS}/*)"'
     head_manifest = sim.on(HEAD, f"bash -c {shlex.quote(manifest)}").strip()
-    sync = model.weights_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER])
+    sync = weights.weights_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER])
     sim.run_spec(sync)  # in place first (a fresh sim has it; this makes it certain)
     blob = sim.on(WORKER, f"readlink -f {SNAPSHOTS}/*/model.safetensors").strip()
     sim.on(WORKER, f"rm {blob}")
     assert sim.on(WORKER, f"bash -c {shlex.quote(manifest)}").strip() != head_manifest
 
-    out = parse_kv(sim.run_spec(sync))
+    out = key_values(sim.run_spec(sync))
 
     assert out["transferred"] == "1"
     assert out["manifest"] == head_manifest

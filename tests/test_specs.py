@@ -6,18 +6,27 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shlex
+import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.probes import ray_members
-from sparkvllm.specs import commands, containers
+from sparkvllm.specs import commands, containers, plans
 from sparkvllm.specs.environment import NON_CARRY_OVER, node_env
 from sparkvllm.specs.facts import check_facts, facts_command, parse_facts, warnings_for
-from sparkvllm.specs.health import health_report, last_json
+from sparkvllm.specs.health import health_report
+from sparkvllm.specs.output import (
+    NodesDisagreeError,
+    key_values,
+    last_json,
+    same_on_every_node,
+)
 from tests.conftest import four_node_raw, hf_snapshot
 from tests.pulumi_mocks import healthy_facts
 
@@ -133,6 +142,20 @@ def test_four_nodes_each_keep_their_own_values(spark_raw: dict[str, Any]) -> Non
     assert per_node <= set(NON_CARRY_OVER)
 
 
+def test_one_table_of_program_variables(cfg: StackConfig) -> None:
+    """The refused vllm.env keys, vLLM's non-carry-over list and each node's own variables
+    all come from config.PROGRAM_VARIABLES (a name added there reaches all three)."""
+    from sparkvllm.config import PROGRAM_VARIABLES, RESERVED_ENV
+
+    assert list(RESERVED_ENV) == [v.name for v in PROGRAM_VARIABLES]
+    assert set(NON_CARRY_OVER) == {v.name for v in PROGRAM_VARIABLES if v.per_node}
+    with_rdma = node_env(cfg, cfg.nodes[0])
+    assert cfg.nodes[0].cluster_link.roce_hcas
+    assert set(NON_CARRY_OVER) <= set(with_rdma)
+    # Every program variable a node's containers carry is refused in vllm.env.
+    assert set(with_rdma) - set(RESERVED_ENV) == {"HF_HOME", "RAY_memory_monitor_refresh_ms"}
+
+
 def test_serve_args_follow_the_typed_options(cfg: StackConfig) -> None:
     args = containers.vllm_serve_args(cfg)
     assert args[:3] == ["vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8"]
@@ -145,12 +168,58 @@ def test_server_entrypoint_writes_non_carry_list_then_execs_serve(cfg: StackConf
     spec = containers.model_server(cfg, "spark")
     assert spec.entrypoint == ("bash", "-c")
     script = spec.command[0]
-    written, _, rest = script.partition(" && exec ")
+    written, _, rest = script.rpartition("\nexec ")
     assert shlex.split(rest) == containers.vllm_serve_args(cfg)
     payload = shlex.split(written.split("printf '%s' ", 1)[1])[0]
     assert json.loads(payload) == list(NON_CARRY_OVER)
     assert spec.env["RAY_ADDRESS"] == "192.168.100.10:6379"
     assert spec.pid_mode == "host"
+    assert spec.restart == "unless-stopped" and spec.max_retry_count is None
+
+
+def _start(script: str, starts: Path, exit_code: int) -> subprocess.CompletedProcess[str]:
+    """One container start: the entrypoint with its count file at `starts` and `vllm
+    serve` standing in as a process that exits `exit_code` (no server, so /health never
+    answers)."""
+    body = script.replace("${HOME:-/root}/.sparkvllm/server-starts", str(starts))
+    body = body.rpartition("\nexec ")[0] + f"\nexit {exit_code}"
+    body = body.replace("mkdir -p /root/.config/vllm", f"mkdir -p {starts.parent}/cfg")
+    body = body.replace("/root/.config/vllm/", f"{starts.parent}/cfg/")
+    # The watcher that zeroes the count once /health answers never would here.
+    body = "\n".join(line for line in body.splitlines() if not line.startswith("( until "))
+    proc = subprocess.Popen(["bash", "-c", body], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=3)
+        return subprocess.CompletedProcess([], proc.returncode, out, err)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # it and the sleep it waits on
+        out, err = proc.communicate()
+        return subprocess.CompletedProcess([], -1, out, err)
+
+
+def test_server_starts_are_bounded_per_boot(cfg: StackConfig, tmp_path: Path) -> None:
+    """Three starts that never answered; the fourth waits, saying why, instead of
+    starting again; a new boot (another boot_id) counts afresh."""
+    script = containers.model_server(cfg, "spark").command[0]
+    starts = tmp_path / "starts"
+    codes = [_start(script, starts, 1).returncode for _ in range(containers.SERVER_STARTS_BOUND)]
+    assert codes == [1] * containers.SERVER_STARTS_BOUND
+    gave_up = _start(script, starts, 1)
+    assert gave_up.returncode == -1, "it waits, doing nothing"
+    assert f"{containers.GAVE_UP} {containers.SERVER_STARTS_BOUND} times" in gave_up.stderr
+    starts.write_text("another-boot 3\n")
+    assert _start(script, starts, 1).returncode == 1, "a reboot starts counting afresh"
+
+
+def test_command_output_is_read_one_way() -> None:
+    """key=value lines (dotted and dashed keys; a log line holding `=` is not one), the
+    last JSON line, and the value every node must share."""
+    out = "Loaded image: sparkvllm/x=1\npeer.spark-2.tcp=ok\n id = a b \nid=sha256:c\n"
+    assert key_values(out) == {"peer.spark-2.tcp": "ok", "id": "sha256:c"}
+    assert last_json('{"a": 1}\nwaiting\n{"b": 2}\n{broken\n') == {"b": 2}
+    with pytest.raises(NodesDisagreeError, match="spark-2=missing"):
+        same_on_every_node({"spark-1": "ab", "spark-2": ""}, "image differs")
 
 
 def test_api_key_is_a_named_secret_never_a_value(spark_raw: dict[str, Any]) -> None:
@@ -167,8 +236,8 @@ def _all_commands(cfg: StackConfig) -> list[commands.CommandSpec]:
     return [
         commands.image_obtain(cfg),
         *(commands.image_sync(cfg, n, n.ssh.host_key) for n in cfg.worker_nodes),
-        commands.ray_ready(cfg, "spark"),
-        commands.server_ready(cfg, "spark"),
+        commands.ray_ready(cfg, "sparkvllm-spark-ray-head"),
+        commands.server_ready(cfg, "sparkvllm-spark-model-server"),
     ]
 
 
@@ -229,7 +298,7 @@ def test_fingerprint_script_is_storage_independent_and_empty_when_absent() -> No
 
 def test_waits_are_bounded_and_expect_every_node(spark_raw: dict[str, Any]) -> None:
     cfg = load_stack_config(four_node_raw(spark_raw))
-    spec = commands.ray_ready(cfg, "spark")
+    spec = commands.ray_ready(cfg, "sparkvllm-spark-ray-head")
     assert "192.168.100.10,192.168.100.11,192.168.100.12,192.168.100.13 4" in spec.create
     assert spec.stdin is not None and "def summarize" in spec.stdin
     assert spec.timeout_s > cfg.timeouts.ray_ready_s
@@ -352,7 +421,7 @@ SUPPORT_CASES = [
     ("change", "expected"), [c[1:] for c in SUPPORT_CASES], ids=[c[0] for c in SUPPORT_CASES]
 )
 def test_model_support_check(cfg: StackConfig, change: dict[str, Any], expected: list[str]) -> None:
-    from sparkvllm.specs.model import check_model_support
+    from sparkvllm.specs.model_support import check_model_support
 
     report = {"vllm_found": True, "vllm_version": "0.17.1", "architectures": ["A"], "support": {}}
     report.update(change)
@@ -396,11 +465,11 @@ def test_support_probe_finds_the_module_without_importing_vllm(tmp_path: Any) ->
 
 
 def test_weights_commands(cfg: StackConfig) -> None:
-    from sparkvllm.specs import model
+    from sparkvllm.specs import model_support, weights
 
-    download = model.weights_download(cfg, cfg.nodes[0])
-    sync = model.weights_sync(cfg, cfg.nodes[1], cfg.nodes[1].ssh.host_key)
-    for spec in (download, sync, model.model_support(cfg)):
+    download = weights.weights_download(cfg, cfg.nodes[0])
+    sync = weights.weights_sync(cfg, cfg.nodes[1], cfg.nodes[1].ssh.host_key)
+    for spec in (download, sync, model_support.model_support(cfg)):
         subprocess.run(["bash", "-n", "-c", spec.create], check=True)
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
@@ -413,7 +482,7 @@ def test_weights_commands(cfg: StackConfig) -> None:
 
 def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> None:
     """The real manifest function on an HF-style layout: a deleted blob changes it."""
-    from sparkvllm.specs.model import MANIFEST
+    from sparkvllm.specs.weights import MANIFEST_FN
 
     blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
     blobs.mkdir()
@@ -425,7 +494,7 @@ def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> Non
 
     def manifest() -> str:
         return subprocess.run(
-            ["bash", "-c", f'{MANIFEST}; manifest "{snap}"'],
+            ["bash", "-c", f'{MANIFEST_FN}; manifest "{snap}"'],
             capture_output=True,
             text=True,
             check=True,
@@ -525,7 +594,7 @@ def test_nccl_transport_is_read_from_the_server_logs(
 
 
 def _download(cfg_raw: dict[str, Any], hf: Any) -> subprocess.CompletedProcess[str]:
-    from sparkvllm.specs.model import weights_download
+    from sparkvllm.specs.weights import weights_download
 
     raw = copy.deepcopy(cfg_raw)
     raw["model"].update(hf_cache=str(hf), offline=True)
@@ -574,7 +643,7 @@ def test_weights_download_finds_what_an_offline_snapshot_lacks(
     out = _download(spark_raw, tmp_path / "hf")
     if not expected:
         assert out.returncode == 0, out.stderr
-        kv = commands.parse_kv(out.stdout)
+        kv = key_values(out.stdout)
         assert kv["files"] == "4" and len(kv["manifest"]) == 64
     else:
         assert out.returncode == 1
@@ -585,7 +654,7 @@ def test_weights_download_finds_what_an_offline_snapshot_lacks(
 
 # --- versions across nodes and the workstation ---------------------------------------------
 
-GOOD = {"python": "3.12.3", "ray": "2.60.0", "torch": "2.9.0", "vllm": "0.17.1"}
+GOOD = {"python": "3.12.3", "ray": "2.60.0", "torch": "2.9.0", "vllm": "0.17.1", "nccl": "2.27.3"}
 
 
 def test_versions_agree(cfg: StackConfig) -> None:
@@ -618,7 +687,7 @@ def test_versions_that_differ_name_each_node(
     from sparkvllm.specs.versions import agreed_versions
 
     out = {"spark-1": json.dumps(GOOD), "spark-2": json.dumps({**GOOD, **spark2})}
-    with pytest.raises(commands.NodesDisagreeError) as err:
+    with pytest.raises(NodesDisagreeError) as err:
         agreed_versions(cfg, out)
     assert message in str(err.value)
 
@@ -637,7 +706,21 @@ def test_versions_probe_reads_metadata_here() -> None:
     report = json.loads(out.stdout)
     assert report["python"] == platform.python_version()
     assert report["ray"] == version("ray")
-    assert set(report) == {"python", "ray", "torch", "vllm"}
+    assert set(report) == {"python", "ray", "torch", "vllm", "nccl"}
+
+
+def test_nccl_of_an_image_reads_the_pip_wheel_or_the_newest_system_library(
+    tmp_path: Path,
+) -> None:
+    """Without importing anything: a libnccl.so.X.Y.Z file name gives the release."""
+    from sparkvllm.probes import image_versions
+
+    lib = tmp_path / "usr" / "lib" / "aarch64-linux-gnu"
+    lib.mkdir(parents=True)
+    for name in ("libnccl.so.2", "libnccl.so.2.9.9", "libnccl.so.2.21.5"):
+        (lib / name).touch()
+    assert image_versions.system_nccl((str(lib / "libnccl.so.*"),)) == "2.21.5"
+    assert image_versions.system_nccl((str(tmp_path / "none" / "libnccl.so.*"),)) == ""
 
 
 @pytest.mark.parametrize(
@@ -675,3 +758,135 @@ def test_an_api_without_a_key_warns_and_with_one_does_not(spark_raw: dict[str, A
     assert any("0.0.0.0:8000 of spark-1 with no api_key" in w for w in warned)
     spark_raw["api_key"] = "k" * 32
     assert containers.exposure_warnings(load_stack_config(spark_raw)) == []
+
+
+# --- pinned images ------------------------------------------------------------------------
+
+DIGEST = "sha256:" + "ab" * 32
+
+FAKE_DOCKER = """#!/bin/bash
+# A stand-in docker for image_obtain: images live as files under $IMAGES.
+echo "$*" >> "$IMAGES/calls"
+key() { printf '%s' "$1" | tr '/:@' '___'; }
+case "$1 $2" in
+  "image inspect")
+    ref="${@: -1}"
+    [ -f "$IMAGES/$(key "$ref")" ] || exit 1
+    case "$*" in
+      *RepoDigests*) cat "$IMAGES/$(key "$ref")";;
+      *) echo "sha256:1111";;
+    esac;;
+  "pull "*) printf '%s\\n' "$REPO_DIGEST" > "$IMAGES/$(key "$2")";;
+  "tag "*) cp "$IMAGES/$(key "$2")" "$IMAGES/$(key "$3")";;
+esac
+"""
+
+
+def _obtain(spec: commands.CommandSpec, tmp_path: Path, repo_digest: str) -> Any:
+    bin_dir, images = tmp_path / "bin", tmp_path / "images"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    images.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "docker").write_text(FAKE_DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "IMAGES": str(images), "REPO_DIGEST": repo_digest}
+    return subprocess.run(["bash", "-c", spec.create], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    ("ref", "digest", "local", "moving"),
+    [
+        ("a/b:latest", None, "a/b:latest", True),
+        ("a/b", None, "a/b", True),
+        ("reg:5000/a/b:v1", None, "reg:5000/a/b:v1", False),
+        (f"a/b:v1@{DIGEST}", DIGEST, f"a/b:sha256-{'ab' * 32}", False),
+        (f"reg:5000/a/b@{DIGEST}", DIGEST, f"reg:5000/a/b:sha256-{'ab' * 32}", False),
+    ],
+)
+def test_image_reference_parts(ref: str, digest: str | None, local: str, moving: bool) -> None:
+    from sparkvllm.config import ImageConfig
+
+    img = ImageConfig(ref=ref)
+    assert (img.digest, img.local_ref, img.moving) == (digest, local, moving)
+
+
+def test_a_pinned_image_is_pulled_by_digest_tagged_and_checked(
+    spark_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """Pulled by its digest, tagged `repo:sha256-<hex>` (what every node runs: docker load
+    carries tags, not digests), and refused when the tag holds another digest."""
+    spark_raw["image"]["ref"] = f"hellohal2064/vllm-qwen3.5-gb10@{DIGEST}"
+    cfg = load_stack_config(spark_raw)
+    spec = commands.image_obtain(cfg)
+    ok = _obtain(spec, tmp_path / "ok", f"hellohal2064/vllm-qwen3.5-gb10@{DIGEST}")
+    assert ok.returncode == 0, ok.stderr
+    calls = (tmp_path / "ok" / "images" / "calls").read_text()
+    assert f"pull hellohal2064/vllm-qwen3.5-gb10@{DIGEST}" in calls
+    assert f"tag hellohal2064/vllm-qwen3.5-gb10@{DIGEST} {cfg.image.local_ref}" in calls
+    assert "fingerprint=" in ok.stdout
+    bad = _obtain(spec, tmp_path / "bad", "hellohal2064/vllm-qwen3.5-gb10@sha256:" + "cd" * 32)
+    assert bad.returncode == 1
+    assert f"is not hellohal2064/vllm-qwen3.5-gb10@{DIGEST}; fix:" in bad.stderr
+    # Every other step and container uses the local tag.
+    plan = plans.image(cfg, {})
+    for step in [*plan.streams.values(), *plan.versions.values(), plan.support]:
+        assert cfg.image.local_ref in step.create and DIGEST not in step.create.replace(
+            cfg.image.local_ref, ""
+        )
+    assert plan.ref == cfg.image.local_ref
+
+
+def test_an_unpinned_image_keeps_its_command(cfg: StackConfig) -> None:
+    """A tag's obtain step is what it was (no tag, no digest check): no diff on upgrade."""
+    spec = commands.image_obtain(cfg)
+    assert "docker tag" not in spec.create and "RepoDigests" not in spec.create
+
+
+@pytest.mark.parametrize(
+    ("ref", "source", "warned"),
+    [
+        ("a/b:latest", "pull", True),
+        ("a/b", "pull", True),
+        ("a/b:v1", "pull", False),
+        (f"a/b@{DIGEST}", "pull", False),
+        ("a/b:latest", "present", False),
+    ],
+)
+def test_a_moving_tag_warns(spark_raw: dict[str, Any], ref: str, source: str, warned: bool) -> None:
+    spark_raw["image"]["ref"], spark_raw["image"]["source"] = ref, source
+    spark_raw["api_key"] = "sk-quiet-12345"
+    said = plans.warnings(load_stack_config(spark_raw))
+    assert any("moving tag" in w and "@sha256:" in w for w in said) == warned, said
+
+
+def test_nccl_build_is_read_from_the_librarys_own_version_string(tmp_path: Path) -> None:
+    """The release and the CUDA it was built for, from the string compiled into the .so
+    (image side: the probe; host side: the facts' bash), else the file name's release."""
+    import subprocess
+
+    from sparkvllm.probes import image_versions
+    from sparkvllm.specs.facts import nccl_host_script
+    from sparkvllm.specs.versions import nccl_report
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    # The string straddles a 1 MiB read boundary: found all the same.
+    (lib / "libnccl.so.2.27.3").write_bytes(
+        b"\x7fELF" + b"\0" * ((1 << 20) - 10) + b"NCCL version 2.27.3+cuda12.9\0" + b"\1" * 99
+    )
+    (lib / "libnccl.so.2.21.5").write_bytes(b"\x7fELF no version string here")
+    assert image_versions.nccl_build(str(lib / "libnccl.so.2.27.3")) == "2.27.3+cuda12.9"
+    assert image_versions.system_nccl((str(lib / "libnccl.so.*"),)) == "2.27.3+cuda12.9"
+
+    def host(globs: tuple[str, ...]) -> str:
+        done = subprocess.run(["bash", "-c", f"set -euo pipefail; {nccl_host_script(globs)}"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    assert host((str(lib / "libnccl.so.*"),)) == "nccl_host=2.27.3+cuda12.9"
+    (lib / "libnccl.so.2.27.3").unlink()
+    assert host((str(lib / "libnccl.so.*"),)) == "nccl_host=2.21.5"  # no string: the name's
+    assert host((str(tmp_path / "none" / "libnccl.so.*"),)) == "nccl_host="
+    image = "2.27.3+cuda12.9+pip:nvidia-nccl-cu12"
+    assert nccl_report(image, {"a": "2.27.3+cuda12.9"}, "ib")["warnings"] == []
+    (warning,) = nccl_report(image, {"a": "2.21.5+cuda12.2"}, "ib")["warnings"]
+    assert "the host's NCCL is 2.21.5+cuda12.2, the image's 2.27.3" in warning

@@ -39,6 +39,16 @@ _CONNECTION_DEFAULTS = {"user": "root", "port": 22, "dialErrorLimit": 10, "perDi
 _OUTPUTS = ("stdout", "stderr")
 
 
+def _with_defaults(conn: dict[str, Any]) -> dict[str, Any]:
+    out = {**_CONNECTION_DEFAULTS, **conn}
+    proxy = out.get("proxy")
+    if isinstance(proxy, dict) and wire.is_secret(proxy) and isinstance(proxy.get("value"), dict):
+        out["proxy"] = wire.secret({**_CONNECTION_DEFAULTS, **proxy["value"]})
+    elif isinstance(proxy, dict):
+        out["proxy"] = {**_CONNECTION_DEFAULTS, **proxy}
+    return out
+
+
 class CommandProvider:
     def __init__(self, transport: Transport):
         self._transport = transport
@@ -49,11 +59,12 @@ class CommandProvider:
         out = dict(news)
         conn = out.get("connection")
         # connection.go Annotate: the defaults of user, port and the dial limits (the
-        # connection arrives as a secret: the defaults go inside it).
+        # connection arrives as a secret: the defaults go inside it); proxyConnection.go
+        # Annotate: the same defaults for the bastion.
         if isinstance(conn, dict) and wire.is_secret(conn) and isinstance(conn.get("value"), dict):
-            out["connection"] = wire.secret({**_CONNECTION_DEFAULTS, **conn["value"]})
+            out["connection"] = wire.secret(_with_defaults(conn["value"]))
         elif isinstance(conn, dict):
-            out["connection"] = {**_CONNECTION_DEFAULTS, **conn}
+            out["connection"] = _with_defaults(conn)
         return out
 
     def diff(

@@ -1,6 +1,7 @@
 """Model server health probe: /health, /v1/models, /version, /metrics and a smoke completion.
 
-Run inside the model-server container (`python3 - BASE_URL MODEL`) or on the workstation.
+Run inside the model-server container (`python3 - BASE_URL MODEL [SMOKE_TIMEOUT_S]`) or on
+the workstation.
 The API key, when one is set, comes from the VLLM_API_KEY environment variable (the
 server container has it), so no secret is ever on a command line.
 Prints one JSON line; exits 0 when the server is ready and the smoke completion answered.
@@ -54,7 +55,7 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
-def probe(base_url: str, model: str) -> dict:
+def probe(base_url: str, model: str, smoke_timeout: float = 300.0) -> dict:
     base = base_url.rstrip("/")
     status, _ = _request(base + "/health")
     report = {"health_status": status, "ready": status == 200}
@@ -74,7 +75,7 @@ def probe(base_url: str, model: str) -> dict:
             "max_tokens": 8,
             "temperature": 0,
         },
-        timeout=300.0,
+        timeout=smoke_timeout,
     )
     smoke = {"status": status, "ok": False, "text": ""}
     if status == 200:
@@ -89,7 +90,7 @@ def probe(base_url: str, model: str) -> dict:
 
 
 def main(argv: list) -> int:
-    report = probe(argv[1], argv[2])
+    report = probe(argv[1], argv[2], float(argv[3]) if len(argv) > 3 else 300.0)
     print(json.dumps(report, sort_keys=True))
     ok = report["ready"] and report.get("smoke", {}).get("ok", False)
     return 0 if ok else 1

@@ -5,7 +5,8 @@ remote.Command or a NodeStep on the node; the local engine (localengine/) runs t
 resource inputs over ssh.
 
 stdin: a command gets either literal text (a probe script) or, for `stdin_secret`, a secret
-the component supplies (the SSH private key for node-to-node streaming). Secrets never
+the component supplies (the SSH private key for node-to-node streaming, the HF token for
+the weights download and its preflight). Secrets never
 appear in a command line, so they never reach a log or an error message.
 """
 
@@ -17,7 +18,8 @@ from typing import Literal
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs.containers import container_name
+from sparkvllm.specs import containers
+from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.ssh import ShellVar, SshTarget, known_hosts_line, node_options
 
 
@@ -30,7 +32,7 @@ class CommandSpec:
     create: str
     delete: str | None = None
     stdin: str | None = None
-    stdin_secret: Literal["ssh_private_key"] | None = None
+    stdin_secret: Literal["ssh_private_key", "hf_token"] | None = None
     timeout_s: int = 300
     # How a refresh reads the step back (components/node_step.py): `read` runs on
     # `read_node` (default: `node`), changes nothing, and prints the value of `state_key`
@@ -55,7 +57,7 @@ class CommandSpec:
 
 # Identity of an image independent of the storage driver: the content of its layers and
 # the config that decides what runs. `.Id` differs between graph drivers and the
-# containerd store, which made tools re-transfer multi-GB images every run (pain 7).
+# containerd store, so comparing IDs would re-transfer a multi-GB image on every run.
 _FINGERPRINT_FORMAT = (
     "{{json .RootFS.Layers}}{{json .Config.Entrypoint}}{{json .Config.Cmd}}{{json .Config.Env}}"
 )
@@ -82,12 +84,15 @@ def _id_script(ref: str) -> str:
 
 
 def image_obtain(cfg: StackConfig) -> CommandSpec:
-    """Get the image onto the head exactly once: pull, load a tarball, or require it.
+    """Get the image onto the head exactly once: pull, load a tarball, or require it. A
+    digest-pinned reference is then tagged with its local name (config
+    ImageConfig.local_ref) and checked to carry that digest.
 
     Prints `id=` and `fingerprint=` lines.
     """
     img = cfg.image
     ref = shlex.quote(img.ref)
+    run = shlex.quote(img.local_ref)
     head = cfg.head_node.name
     if img.source == "pull":
         get = f"docker pull {ref} >&2"
@@ -105,23 +110,43 @@ def image_obtain(cfg: StackConfig) -> CommandSpec:
             ]
         )
     else:
-        get = fail(
+        absent = (
             f"image {img.ref} is not present on {head}; fix: load it there or set "
             "image.source to pull or tarball"
         )
+        get = (
+            f"docker image inspect {ref} >/dev/null 2>&1 || {fail(absent)}"
+            if img.digest
+            else fail(absent)
+        )
+    pin: list[str] = []
+    if img.digest:
+        pinned = f"{img.repository}@{img.digest}"
+        differs = (
+            f"image {img.local_ref} on {head} is not {pinned}; fix: remove that tag there "
+            "(docker rmi) and run up again"
+        )
+        pin = [
+            f"docker tag {ref} {run}",
+            "fi",
+            (
+                "docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "
+                f"{run} | grep -qxF {shlex.quote(pinned)} || {fail(differs)}"
+            ),
+        ]
     create = "\n".join(
         [
             "set -euo pipefail",
-            f"if ! docker image inspect {ref} >/dev/null 2>&1; then",
+            f"if ! docker image inspect {run} >/dev/null 2>&1; then",
             get,
-            "fi",
-            f"echo id=$({_id_script(img.ref)})",
-            f"echo fingerprint=$({fingerprint_script(img.ref)})",
+            *(pin or ["fi"]),
+            f"echo id=$({_id_script(img.local_ref)})",
+            f"echo fingerprint=$({fingerprint_script(img.local_ref)})",
         ]
     )
     return CommandSpec(
         name=f"image-obtain-{head}", node=head, create=create, timeout_s=3600,
-        read=fingerprint_read(img.ref), state_key="fingerprint",
+        read=fingerprint_read(img.local_ref), state_key="fingerprint",
     )  # fmt: skip
 
 
@@ -169,7 +194,7 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     removed on exit). Skips the transfer when the fingerprints already match. Prints
     `transferred=0|1`, `id=` (the target's image ID) and `fingerprint=` lines.
     """
-    ref = cfg.image.ref
+    ref = cfg.image.local_ref
     head = cfg.head_node.name
     fp = fingerprint_script(ref)
     create = "\n".join(
@@ -209,33 +234,6 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     )
 
 
-class NodesDisagreeError(Exception):
-    """Nodes report different values for something that must be the same everywhere."""
-
-
-def same_on_every_node(by_node: dict[str, str], subject: str) -> str:
-    """The one value every node reported, else NodesDisagreeError naming each node's.
-
-    >>> same_on_every_node({"spark-1": "ab", "spark-2": "ab"}, "image differs")
-    'ab'
-    """
-    distinct = set(by_node.values())
-    if len(distinct) != 1 or "" in distinct:
-        detail = ", ".join(f"{n}={v[:12] or 'missing'}" for n, v in sorted(by_node.items()))
-        raise NodesDisagreeError(f"{subject} across nodes: {detail}")
-    return distinct.pop()
-
-
-def parse_kv(stdout: str) -> dict[str, str]:
-    """`key=value` lines of a command's output (later lines win)."""
-    out: dict[str, str] = {}
-    for line in stdout.splitlines():
-        k, sep, v = line.partition("=")
-        if sep and k.isidentifier():
-            out[k] = v.strip()
-    return out
-
-
 def _probe_loop(
     *,
     container: str,
@@ -246,6 +244,7 @@ def _probe_loop(
     on_success: str = "",
     settle_s: int = 0,
     budget_from_env: bool = False,
+    gave_up: str | None = None,
 ) -> str:
     """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
 
@@ -268,6 +267,8 @@ def _probe_loop(
                 f'  state=$(docker inspect -f "{{{{.State.Status}}}}" {container} 2>/dev/null'
                 " || echo absent)"
             ),
+            # `gave_up`: a bash condition under which the container stays down by itself.
+            *([f"  if {gave_up}; then state=gave-up; fi"] if gave_up else []),
             '  if [ "$state" != running ]; then',
             f'    echo {shlex.quote(f"{container} is not running")} "($state); last logs:" >&2',
             f"    docker logs --tail 40 {container} >&2 2>&1 || true",
@@ -307,7 +308,7 @@ def _probe_loop(
 
 
 def nccl_transport_script(container: str) -> str:
-    """Prints `nccl_transport=ib|socket|unknown` from the server's logs (NCCL_DEBUG=INFO:
+    """Prints `nccl_transport=ib|socket|gloo|unknown` from the server's logs (NCCL_DEBUG=INFO:
     "via NET/IB" is RDMA; "via NET/Socket" or "NET/IB : No device found" is the silent TCP
     fallback). vLLM's Ray workers log through the driver, so the server's logs hold both."""
     return "\n".join(
@@ -318,6 +319,8 @@ def nccl_transport_script(container: str) -> str:
                 'elif grep -qE "via NET/Socket|NET/IB : No device found" <<<"$logs";'
                 " then echo nccl_transport=socket"
             ),
+            # No NCCL at all: torch.distributed over gloo (vLLM on CPU, as on the sim).
+            'elif grep -qi "gloo" <<<"$logs"; then echo nccl_transport=gloo',
             "else echo nccl_transport=unknown; fi",
         ]
     )
@@ -326,18 +329,18 @@ def nccl_transport_script(container: str) -> str:
 RAY_SETTLE_S = 30
 
 
-def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
+def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
     """Wait until Ray reports every node (by its cluster IP) and every GPU.
 
-    Runs on the head, probing from inside the Ray head container. Prints the membership
-    JSON (nodes, gpus, missing, unexpected).
+    Runs on the head, probing from inside the Ray head container (named `ray_head`).
+    Prints the membership JSON (nodes, gpus, missing, unexpected).
     """
     head = cfg.head_node.name
     # Sorted: the order of the node list is not a change.
     ips = ",".join(sorted(str(n.cluster_link.address) for n in cfg.nodes))
-    name = container_name(stack, "ray-head")
+    name = ray_head
     return CommandSpec(
-        name=f"ray-ready-{head}",
+        name="model-server-ray-ready",
         node=head,
         create=_probe_loop(
             container=name,
@@ -362,17 +365,15 @@ def ray_ready(cfg: StackConfig, stack: str) -> CommandSpec:
     )
 
 
-def server_guard(cfg: StackConfig, stack: str) -> CommandSpec:
+def server_guard(cfg: StackConfig, server: str) -> CommandSpec:
     """The model server's liveness, read back by refresh: `health=ok` while its container
-    runs and /health answers, or while it is still loading (it has not yet logged that its
-    API server started: the readiness wait bounds that); `health=bad` when it stopped, or
-    when it once served and /health no longer answers (a hung engine or API server). A bad
-    reading replaces the guard and, through its generation label, the server container."""
-    name = container_name(stack, "model-server")
-    probe = shlex.quote(
-        "import urllib.request as u; "
-        f"u.urlopen('http://127.0.0.1:{cfg.ports.api}/health', timeout=10)"
-    )
+    runs and generates a token (or while it is still loading: it has not yet logged that
+    its API server started, and the readiness wait bounds that); `health=bad` when it
+    stopped, or when it once served and no longer generates within ANSWER_TIMEOUT_S (a
+    stuck engine: its /health may still say 200). A bad reading replaces the guard and,
+    through its generation label, the server container (named `server`)."""
+    name = server
+    probe = shlex.quote(answers_check(cfg.ports.api, cfg.model.name_for_clients))
     read = "\n".join(
         [
             f"s=$(docker inspect -f '{{{{.State.Status}}}}' {name} 2>/dev/null || echo absent)",
@@ -380,7 +381,13 @@ def server_guard(cfg: StackConfig, stack: str) -> CommandSpec:
             # No container: the docker resource's own read reports it.
             "  absent) echo health=ok;;",
             "  running)",
-            f"    if timeout 20 docker exec {name} python3 -c {probe} >/dev/null 2>&1; then",
+            # It gave up starting (a crash loop): bad, whatever it served before.
+            f"    if {containers.gave_up(name)}; then",
+            "      echo health=bad",
+            (
+                f"    elif timeout {ANSWER_TIMEOUT_S + 20} docker exec {name} python3 -c {probe} "
+                ">/dev/null 2>&1; then"
+            ),
             "      echo health=ok",
             f"    elif docker logs {name} 2>&1 | grep -q 'Application startup complete'; then",
             "      echo health=bad",
@@ -390,21 +397,22 @@ def server_guard(cfg: StackConfig, stack: str) -> CommandSpec:
         ]
     )
     return CommandSpec(
-        name=f"server-guard-{cfg.head}", node=cfg.head, create="echo health=ok",
+        name="model-server-guard", node=cfg.head, create="echo health=ok",
         read=read, state_key="health", timeout_s=60,
     )  # fmt: skip
 
 
-def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:
-    """Wait for the model server to load and answer; then print its health JSON.
+def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
+    """Wait for the model server (the container named `server`) to load and answer; then
+    print its health JSON.
 
     Bounded by timeouts.server_ready_s; logs progress (the server's last log line) every
     30 s so a 15-minute model load is visible in `pulumi up`.
     """
     head = cfg.head_node.name
-    name = container_name(stack, "model-server")
+    name = server
     return CommandSpec(
-        name=f"server-ready-{head}",
+        name="model-server-health",
         node=head,
         create=_probe_loop(
             container=name,
@@ -412,6 +420,7 @@ def server_ready(cfg: StackConfig, stack: str) -> CommandSpec:
             timeout_s=cfg.timeouts.server_ready_s,
             what="model server",
             on_success=nccl_transport_script(name),
+            gave_up=containers.gave_up(name),
         ),
         stdin=script("server_health"),
         timeout_s=cfg.timeouts.server_ready_s + 300,
@@ -436,5 +445,8 @@ def drop_page_cache(node: NodeConfig) -> CommandSpec:
         ]
     )
     return CommandSpec(
-        name=f"drop-caches-{node.name}", node=node.name, create=create, timeout_s=300
+        name=f"model-server-drop-caches-{node.name}",
+        node=node.name,
+        create=create,
+        timeout_s=300,
     )

@@ -3,12 +3,13 @@
 Pure data: no Pulumi, no I/O. `components/` turns a ContainerSpec into a docker.Container;
 the local engine (localengine/) carries out the very same resource inputs.
 
-What a working GB10 cluster needs (field notes): host network (Ray, NCCL and vLLM bind the
+What a working GB10 cluster needs: host network (Ray, NCCL and vLLM bind the
 cluster address), host IPC (NCCL/shared memory), all GPUs, and when RDMA is configured the
 /dev/infiniband devices with unlimited memlock and IPC_LOCK (without them NCCL logs
 "NET/IB : No device found" and silently uses TCP). The model server is a Ray driver in its
 own container: it finds the raylet only when it shares the host PID namespace and Ray's
-temp dir with the head container (simulated-cluster notes).
+temp dir with the head container (seen on the sim cluster: otherwise `ray.init` finds no
+raylet).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
+from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.ssh import SshOptions, SshTarget, url_host
 
 LABEL_PREFIX = "ai.sparkvllm"
@@ -70,10 +72,12 @@ class ContainerSpec:
     """Everything docker needs to run one long-running container.
 
     `secret_env` names variables whose values are secrets the component injects (the spec
-    never holds a secret value).
+    never holds a secret value). `name` is the container's name on its node,
+    `resource_name` the docker.Container resource's name in the program.
     """
 
     name: str
+    resource_name: str
     node: str
     role: str
     command: tuple[str, ...]
@@ -113,9 +117,16 @@ def spec_digest(spec: ContainerSpec) -> str:
     live container can be compared with what the current config would run."""
     data = asdict(spec)
     data.pop("labels")
-    # The healthcheck is updated in place by the docker provider (not ForceNew), so it
-    # stays out of the digest label, which would force a replacement.
-    data.pop("healthcheck")
+    # How the program names the resource is not something docker runs.
+    data.pop("resource_name")
+    # The healthcheck stays in: the docker provider takes a new one as an in-place update
+    # that docker cannot apply to a live container, so refresh would read the old one back
+    # forever (resourceDockerContainerUpdate changes restart and resources only). Through
+    # this label a new healthcheck replaces the container; its timings are fixed, so only
+    # what already replaces the server (port, served name) changes it. A container without
+    # one digests as before the healthcheck counted (no churn for the Ray containers).
+    if data["healthcheck"] is None:
+        data.pop("healthcheck")
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -160,12 +171,13 @@ def _env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
     return {**node_env(cfg, node), "VLLM_RPC_BASE_PATH": VLLM_RPC_IN_CONTAINER}
 
 
-def _gcs_address(cfg: StackConfig) -> str:
+def gcs_address(cfg: StackConfig) -> str:
+    """The Ray GCS address on the cluster link (what workers and the server join)."""
     return f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
 
 
 def _ray_container(
-    cfg: StackConfig, stack: str, node: NodeConfig, name: str, role: str, args: list[str]
+    cfg: StackConfig, stack: str, node: NodeConfig, role: str, resource: str, args: list[str]
 ) -> ContainerSpec:
     """`ray start --block ARGS` bound to `node`'s own cluster address, with its own env."""
     cmd = (
@@ -179,7 +191,8 @@ def _ray_container(
     )
     return _labelled(
         ContainerSpec(
-            name=name,
+            name=container_name(stack, role, None if role == "ray-head" else node.name),
+            resource_name=resource,
             node=node.name,
             role=role,
             command=cmd,
@@ -241,7 +254,7 @@ def ray_head(cfg: StackConfig, stack: str) -> ContainerSpec:
         f"--dashboard-port={cfg.ports.ray_dashboard}",
     ]
     node = cfg.head_node
-    return _ray_container(cfg, stack, node, container_name(stack, "ray-head"), "ray-head", args)
+    return _ray_container(cfg, stack, node, "ray-head", "ray-head-container", args)
 
 
 def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
@@ -250,8 +263,8 @@ def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
     Its env carries this node's own interface values; Ray workers spawned here inherit
     them, and NON_CARRY_OVER stops vLLM from overwriting them with the head's.
     """
-    name = container_name(stack, "ray-worker", node.name)
-    return _ray_container(cfg, stack, node, name, "ray-worker", [f"--address={_gcs_address(cfg)}"])
+    join = [f"--address={gcs_address(cfg)}"]
+    return _ray_container(cfg, stack, node, "ray-worker", f"ray-worker-{node.name}-container", join)
 
 
 def vllm_serve_args(cfg: StackConfig) -> list[str]:
@@ -302,43 +315,89 @@ def vllm_serve_args(cfg: StackConfig) -> list[str]:
     return args
 
 
+# The model server starts at most this many times per boot of its node without once
+# answering /health; then it stays down (and says so) until an `up` replaces it.
+SERVER_STARTS_BOUND = 3
+GAVE_UP = "sparkvllm: the model server failed to start"
+
+
+def gave_up(container: str) -> str:
+    """Bash condition: `container` (the model server) gave up starting (_bounded_starts)."""
+    return f"docker logs --tail 5 {container} 2>&1 | grep -qF {shlex.quote(GAVE_UP)}"
+
+
+# In the container's own layer (its home): a replacement container starts counting afresh.
+_STARTS_FILE = "${HOME:-/root}/.sparkvllm/server-starts"
+
+
+def _bounded_starts(port: int) -> list[str]:
+    """Bash: count this container's starts per boot (the kernel's boot_id, so a reboot
+    starts afresh); after SERVER_STARTS_BOUND starts that never answered /health, wait
+    doing nothing (and say why) instead of starting again. Docker's own retry bound
+    (on-failure:N) would keep the server down after a reboot too (a graceful stop exits 0),
+    and an unbounded restart loop on unified memory can wedge the host."""
+    health = shlex.quote(
+        f"import urllib.request as u; u.urlopen('http://127.0.0.1:{port}/health', timeout=5)"
+    )
+    said = shlex.quote(
+        f"{GAVE_UP} {SERVER_STARTS_BOUND} times since this boot; it stays down until the "
+        "next `up` replaces it (the lines before say why)"
+    )
+    return [
+        f'starts="{_STARTS_FILE}"; mkdir -p "$(dirname "$starts")"',
+        "boot=$(cat /proc/sys/kernel/random/boot_id); was=; n=0",
+        'read -r was n < "$starts" 2>/dev/null || true',
+        '[ "$was" = "$boot" ] || n=0',
+        f'if [ "$n" -ge {SERVER_STARTS_BOUND} ]; then',
+        f"  echo {said} >&2",
+        # Waits for docker's stop (a TERM ends it at once); PID 1 ignores signals it has
+        # no handler for, so a bare `sleep` would hold a stop for the whole grace period.
+        "  trap 'exit 0' TERM INT; sleep infinity & wait $!; exit 0",
+        "fi",
+        'echo "$boot $((n + 1))" > "$starts"',
+        # Once it answers, a later crash counts from zero again.
+        (
+            f"( until python3 -c {health} 2>/dev/null; do sleep 10; done; "
+            'echo "$boot 0" > "$starts" ) >/dev/null 2>&1 &'
+        ),
+    ]
+
+
 def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
     """`vllm serve` TP x PP on the Ray backend, its own container on the head node.
 
-    The entrypoint first writes vLLM's non-carry-over list (so Ray workers keep their own
-    NCCL/GLOO/UCX values), then execs `vllm serve`.
+    The entrypoint writes vLLM's non-carry-over list (so Ray workers keep their own
+    NCCL/GLOO/UCX values), bounds its starts per boot (_bounded_starts), then execs
+    `vllm serve`.
     """
     node = cfg.head_node
     non_carry = json.dumps(list(NON_CARRY_OVER))
-    script = (
-        f"mkdir -p {VLLM_CONFIG_ROOT} && "
-        f"printf '%s' {shlex.quote(non_carry)} "
-        f"> {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json"
-        f" && exec {shlex.join(vllm_serve_args(cfg))}"
+    script = "\n".join(
+        [
+            (
+                f"mkdir -p {VLLM_CONFIG_ROOT} && printf '%s' {shlex.quote(non_carry)} "
+                f"> {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json"
+            ),
+            *_bounded_starts(cfg.ports.api),
+            f"exec {shlex.join(vllm_serve_args(cfg))}",
+        ]
     )
     env = {
         **_env(cfg, node),
         **cfg.vllm.env,
-        "RAY_ADDRESS": _gcs_address(cfg),
+        "RAY_ADDRESS": gcs_address(cfg),
         "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
         # vLLM's own engine start-up bound is the largest wait budget the config allows, so
         # it never gives up before our readiness wait; a fixed value, because the budget is
         # a property of the wait, and an env change would replace the running server.
         "VLLM_ENGINE_READY_TIMEOUT_S": str(ENGINE_READY_BOUND_S),
     }
-    health_test = (
-        "CMD",
-        "python3",
-        "-c",
-        (
-            "import urllib.request,sys;"
-            f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{cfg.ports.api}/health',"
-            "timeout=5).status==200 else 1)"
-        ),
-    )
+    # Healthy means it generates: /health stays 200 while the engine is stuck.
+    health_test = ("CMD", "python3", "-c", answers_check(cfg.ports.api, cfg.model.name_for_clients))
     return _labelled(
         ContainerSpec(
             name=container_name(stack, "model-server"),
+            resource_name="model-server-container",
             node=node.name,
             role="model-server",
             entrypoint=("bash", "-c"),
@@ -348,14 +407,16 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
             labels=labels(stack, "model-server", node.name),
             mounts=_mounts(cfg),
             pid_mode="host",
-            # A crash loop on unified memory can wedge the host: retry a few times, then stop.
-            restart="on-failure",
-            max_retry_count=3,
+            # Back after a reboot, like the Ray containers; crash loops are bounded by the
+            # entrypoint (_bounded_starts), not by docker.
+            restart="unless-stopped",
             healthcheck=Healthcheck(
                 test=health_test,
-                interval_s=30,
-                timeout_s=10,
-                start_period_s=cfg.timeouts.server_ready_s,
+                interval_s=60,
+                timeout_s=ANSWER_TIMEOUT_S + 15,
+                # The largest load the config allows (a first success ends it early): a
+                # new wait budget must not change the container.
+                start_period_s=ENGINE_READY_BOUND_S,
                 retries=3,
             ),
             **_common(cfg, node),  # type: ignore[arg-type]

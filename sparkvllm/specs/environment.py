@@ -1,16 +1,16 @@
-"""Per-node environment: each node its OWN cluster-link values.
+"""Per-node environment: each node its OWN cluster-link values (config.PROGRAM_VARIABLES).
 
 Why per node: Ray and vLLM pick interfaces and addresses from these variables. VLLM_HOST_IP
-must equal Ray's node IP or vLLM's placement group never schedules (field notes, pain 2);
-NCCL/GLOO/TP/UCX must name the node's own cluster netdev or NCCL hangs or falls back to
-the LAN (pain 1, 8); and vLLM's Ray executor copies the driver's (head's) environment to
-every worker unless a variable is listed in VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json
-(pain 3), which `NON_CARRY_OVER` feeds.
+must equal Ray's node IP or vLLM's placement group never schedules; NCCL/GLOO/TP/UCX must
+name the node's own cluster netdev or NCCL hangs or silently falls back to the LAN; and
+vLLM's Ray executor copies the driver's (head's) environment to every worker unless a
+variable is listed in VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json, which
+`NON_CARRY_OVER` feeds.
 """
 
 from __future__ import annotations
 
-from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config import PROGRAM_VARIABLES, NodeConfig, StackConfig
 
 # Ray misreads page cache as memory pressure on unified memory and kills workers.
 RAY_MEMORY_MONITOR_OFF = {"RAY_memory_monitor_refresh_ms": "0"}
@@ -19,18 +19,7 @@ RAY_MEMORY_MONITOR_OFF = {"RAY_memory_monitor_refresh_ms": "0"}
 HF_HOME = "/root/.cache/huggingface"
 
 # Variables whose value differs per node: never copied from the head to Ray workers.
-NON_CARRY_OVER = (
-    "VLLM_HOST_IP",
-    "RAY_NODE_IP_ADDRESS",
-    "RAY_OVERRIDE_NODE_IP_ADDRESS",
-    "NCCL_SOCKET_IFNAME",
-    "GLOO_SOCKET_IFNAME",
-    "TP_SOCKET_IFNAME",
-    "UCX_NET_DEVICES",
-    "OMPI_MCA_btl_tcp_if_include",
-    "NCCL_IB_HCA",
-    "NCCL_IB_DISABLE",
-)
+NON_CARRY_OVER = tuple(v.name for v in PROGRAM_VARIABLES if v.per_node)
 
 
 def node_env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
@@ -40,19 +29,9 @@ def node_env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
     'enp1s0f1np1'
     """
     link = node.cluster_link
-    ip = str(link.address)
-    env = {
-        "VLLM_HOST_IP": ip,
-        "RAY_NODE_IP_ADDRESS": ip,
-        "RAY_OVERRIDE_NODE_IP_ADDRESS": ip,
-        "NCCL_SOCKET_IFNAME": link.netdev,
-        "GLOO_SOCKET_IFNAME": link.netdev,
-        "TP_SOCKET_IFNAME": link.netdev,
-        "UCX_NET_DEVICES": link.netdev,
-        "OMPI_MCA_btl_tcp_if_include": link.netdev,
-        "HF_HOME": HF_HOME,
-        **RAY_MEMORY_MONITOR_OFF,
-    }
+    own = {"address": str(link.address), "netdev": link.netdev}
+    env = {v.name: own[v.per_node] for v in PROGRAM_VARIABLES if v.per_node in own}
+    env |= {"HF_HOME": HF_HOME, **RAY_MEMORY_MONITOR_OFF}
     if link.roce_hcas:
         # Sorted: the order of the list does not matter to NCCL, and a reordered config
         # must not change the containers' env (which would replace them).

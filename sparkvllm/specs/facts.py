@@ -13,7 +13,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config import SECRET_FIELDS, NodeConfig, StackConfig
+from sparkvllm.specs.commands import CommandSpec
+from sparkvllm.specs.output import key_values
 
 # The Docker API version the node's engine must at least speak (Docker 20.10 = API 1.41).
 MIN_DOCKER_API = (1, 41)
@@ -58,6 +60,8 @@ def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
             "echo netdevs=$(ls /sys/class/net | paste -sd, -)",
             "echo rdma_devices=$(ls /sys/class/infiniband 2>/dev/null | paste -sd, -)",
             f"echo hf_cache_free_kb=$(df -Pk {cache} 2>/dev/null | awk 'NR==2{{print $4}}')",
+            # The host's own NCCL, if any (the image brings its own; they should agree).
+            nccl_host_script(),
         ]
     )
 
@@ -81,6 +85,7 @@ class NodeFacts:
     netdevs: tuple[str, ...]
     rdma_devices: tuple[str, ...]
     hf_cache_free_kb: int | None
+    nccl_host: str = ""
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def as_output(self) -> dict[str, object]:
@@ -103,6 +108,7 @@ class NodeFacts:
                 "addresses": list(self.netdev_addresses),
             },
             "rdma_devices": list(self.rdma_devices),
+            "nccl_host": self.nccl_host,
             "hf_cache_free_gib": None
             if self.hf_cache_free_kb is None
             else round(self.hf_cache_free_kb / 2**20, 1),
@@ -122,11 +128,7 @@ def _list(v: str) -> tuple[str, ...]:
 
 def parse_facts(stdout: str) -> NodeFacts:
     """Parse the facts command's output. Unknown keys are kept in `raw`; missing ones empty."""
-    kv: dict[str, str] = {}
-    for line in stdout.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            kv[key.strip()] = value.strip()
+    kv = key_values(stdout)
     g = kv.get
     free = g("hf_cache_free_kb", "")
     return NodeFacts(
@@ -147,6 +149,7 @@ def parse_facts(stdout: str) -> NodeFacts:
         netdevs=_list(g("netdevs", "")),
         rdma_devices=_list(g("rdma_devices", "")),
         hf_cache_free_kb=_int(free) if free else None,
+        nccl_host=g("nccl_host", ""),
         raw=kv,
     )
 
@@ -154,6 +157,26 @@ def parse_facts(stdout: str) -> NodeFacts:
 def _api_tuple(api: str) -> tuple[int, int]:
     major, _, minor = api.partition(".")
     return (_int(major), _int(minor))
+
+
+HOST_NCCL_GLOBS = (
+    "/usr/lib/*-linux-gnu/libnccl.so.*", "/usr/lib/libnccl.so.*",
+    "/usr/local/lib/libnccl.so.*", "/usr/local/cuda*/lib*/libnccl.so.*",
+)  # fmt: skip
+
+
+def nccl_host_script(globs: tuple[str, ...] = HOST_NCCL_GLOBS) -> str:
+    """Bash printing `nccl_host=`: the newest libnccl.so.X.Y.Z there, as its build
+    ("2.27.3+cuda12.9", from the version string compiled into it) or else its file name's
+    release; empty without one."""
+    return (
+        f"lib=$(ls {' '.join(globs)} 2>/dev/null | grep -E '[.]so[.][0-9]+[.][0-9]+[.][0-9]+$' "
+        "| sort -V | tail -n 1 || true); b=; "
+        '[ -z "$lib" ] || b=$(grep -aoE -m1 '
+        "'NCCL version [0-9]+[.][0-9]+[.][0-9]+[+]cuda[0-9]+[.][0-9]+' \"$lib\" "
+        "| head -n 1 | cut -d' ' -f3 || true); "
+        "echo nccl_host=${b:-${lib##*.so.}}"
+    )
 
 
 def check_facts(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> list[str]:
@@ -227,6 +250,60 @@ class PreflightError(Exception):
     """A node's facts do not fit the config."""
 
 
+def facts_step(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    return CommandSpec(
+        name=f"{node.name}-facts", node=node.name, create=facts_command(cfg, node), timeout_s=120
+    )
+
+
+def links_step(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    return CommandSpec(
+        name=f"{node.name}-links", node=node.name, create=links_command(cfg, node), timeout_s=120
+    )
+
+
+def public_config(cfg: StackConfig) -> StackConfig:
+    """`cfg` without its secrets: what a check step's provider may carry (it is pickled
+    into the state with the provider)."""
+    return cfg.model_copy(update=dict.fromkeys(SECRET_FIELDS))
+
+
+def _node(cfg: StackConfig, name: str) -> NodeConfig:
+    return next(n for n in cfg.nodes if n.name == name)
+
+
+def _raise_if(problems: list[str]) -> None:
+    if problems:
+        raise PreflightError("preflight failed:\n  - " + "\n  - ".join(problems))
+
+
+def facts_check(cfg: StackConfig, node: str, facts_stdout: str) -> None:
+    """The facts step's judgement (components/node_step.py `check`): PreflightError when
+    the node does not fit the config."""
+    _raise_if(check_facts(cfg, _node(cfg, node), parse_facts(facts_stdout)))
+
+
+def links_check(cfg: StackConfig, node: str, links_stdout: str) -> None:
+    """The links step's judgement (it runs after the facts step passed)."""
+    _raise_if(check_links(cfg, _node(cfg, node), links_stdout)[0])
+
+
+def verdict(
+    cfg: StackConfig, node: NodeConfig, facts_stdout: str, links_stdout: str
+) -> tuple[dict[str, object], list[str]]:
+    """(the facts as an output, warnings) when the node fits the config, else
+    PreflightError listing every problem, each naming the node and the fact."""
+    facts = parse_facts(facts_stdout)
+    problems = check_facts(cfg, node, facts)
+    link_problems, link_warnings = (
+        check_links(cfg, node, links_stdout) if facts.netdev_present else ([], [])
+    )
+    problems += link_problems
+    if problems:
+        raise PreflightError("preflight failed:\n  - " + "\n  - ".join(problems))
+    return facts.as_output(), warnings_for(node, facts) + link_warnings
+
+
 def links_command(cfg: StackConfig, node: NodeConfig) -> str:
     """From `node`, for every other node: the route the kernel picks to its cluster address
     (device and source address), a TCP connect to its sshd, and a don't-fragment ping at
@@ -261,11 +338,7 @@ def _route_fields(route: str) -> dict[str, str]:
 
 def check_links(cfg: StackConfig, node: NodeConfig, stdout: str) -> tuple[list[str], list[str]]:
     """(problems, warnings) of `node`'s view of the cluster link."""
-    kv = {}
-    for line in stdout.splitlines():
-        k, sep, v = line.partition("=")
-        if sep:
-            kv[k.strip()] = v.strip()
+    kv = key_values(stdout)
     problems, warns = [], []
     link = node.cluster_link
     for peer in cfg.nodes:

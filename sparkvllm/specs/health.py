@@ -5,21 +5,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkvllm.specs.commands import parse_kv
+from sparkvllm.specs.output import key_values, last_json
+
+# A liveness answer is one generated token within this bound: /health stays 200 while an
+# engine is stuck (its API server still answers), a completion does not.
+ANSWER_TIMEOUT_S = 60
 
 
-def last_json(stdout: str) -> dict[str, Any]:
-    """The last line of a probe's output that parses as a JSON object ({} if none)."""
-    for line in reversed(stdout.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                return value
-    return {}
+def answers_check(port: int, model: str, timeout_s: int = ANSWER_TIMEOUT_S) -> str:
+    """Python (for `python3 -c`, inside the server container) that exits 0 when the server
+    generates one token for `model` within `timeout_s`, else 1. The API key comes from the
+    container's VLLM_API_KEY, never a command line."""
+    body = json.dumps({"model": model, "prompt": "ok", "max_tokens": 1, "temperature": 0})
+    return (
+        "import json,os,sys,urllib.request as u;"
+        "k=os.environ.get('VLLM_API_KEY');"
+        "h={'Content-Type':'application/json',**({'Authorization':'Bearer '+k} if k else {})};"
+        f"r=u.urlopen(u.Request('http://127.0.0.1:{port}/v1/completions',"
+        f"{body!r}.encode(),h),timeout={timeout_s});"
+        "sys.exit(0 if json.load(r)['choices'] else 1)"
+    )
 
 
 def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict[str, Any]:
@@ -44,5 +49,5 @@ def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict
         },
         "smoke": smoke,
         "metrics": server.get("metrics", {}),
-        "nccl_transport": parse_kv(server_stdout).get("nccl_transport", "unknown"),
+        "nccl_transport": key_values(server_stdout).get("nccl_transport", "unknown"),
     }

@@ -16,10 +16,11 @@ only the paths the calling script holds in its own variables (`ShellVar`) expand
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv6Address, ip_address
 
-from sparkvllm.config import NodeConfig
+from sparkvllm.config import JumpConfig, NodeConfig
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class SshOptions:
     server_alive_count: int | None = 4
     control_dir: str | None = None
     log_level: str | None = None
+    # Reach the host through a jump host: ssh runs this (`jump_command`) for the socket.
+    proxy_command: str | None = None
     extra: tuple[str, ...] = field(default=())
     as_given: bool = False
 
@@ -88,6 +91,8 @@ class SshOptions:
             o("StrictHostKeyChecking=no")
         if self.log_level is not None:
             o(f"LogLevel={self.log_level}")
+        if self.proxy_command is not None:
+            o(f"ProxyCommand={self.proxy_command}")
         opts.extend((w,) for w in self.extra)
         return opts
 
@@ -145,14 +150,20 @@ def known_hosts_line(host: str, port: int, host_key: str) -> str:
     return f"{known_hosts_host(host, port)} {host_key}"
 
 
-def known_hosts(nodes: list[NodeConfig], host_keys: dict[str, str]) -> str:
-    """known_hosts for the workstation: every node by its ssh address."""
+def known_hosts(
+    nodes: list[NodeConfig],
+    host_keys: dict[str, str],
+    jumps: Sequence[tuple[JumpConfig, str]] = (),
+) -> str:
+    """known_hosts for the workstation: every node by its ssh address, and every jump host
+    (with its key) the nodes are reached through."""
     lines = [
         known_hosts_line(n.ssh.host, n.ssh.port, host_keys[n.name])
         for n in nodes
         if n.name in host_keys
     ]
-    return "".join(f"{line}\n" for line in lines)
+    lines += [known_hosts_line(j.host, j.port, key) for j, key in jumps]
+    return "".join(f"{line}\n" for line in dict.fromkeys(lines))
 
 
 def url_host(host: str) -> str:
@@ -167,8 +178,31 @@ def docker_host(node: NodeConfig) -> str:
     return f"ssh://{node.ssh.user}@{url_host(node.ssh.host)}:{node.ssh.port}"
 
 
+def proxy_command(jump: SshTarget) -> str:
+    """ssh's ProxyCommand through `jump` (what `-J` does, spelled out so the jump host gets
+    its own key and host-key options: options on the command line reach only the final
+    host). ssh expands %h and %p to the node and runs the line with the user's shell: every
+    word is quoted."""
+    return shlex.join(["ssh", *jump.options.argv(), "-W", "%h:%p", *jump.destination()])
+
+
+def jump_command(jump: JumpConfig, identity: str, known_hosts_ref: str) -> str:
+    """The ProxyCommand through a configured jump host, with the node's key."""
+    options = SshOptions(
+        identity=identity,
+        known_hosts=known_hosts_ref if jump.verify_host_key else None,
+        server_alive_s=None,
+        server_alive_count=None,
+    )
+    return proxy_command(SshTarget(jump.user, jump.host, jump.port, options))
+
+
 def docker_ssh_options(
-    node: NodeConfig, identity_ref: str, known_hosts_ref: str, control_dir_ref: str
+    node: NodeConfig,
+    identity_ref: str,
+    known_hosts_ref: str,
+    control_dir_ref: str,
+    jump: JumpConfig | None = None,
 ) -> SshOptions:
     """Options for the docker provider's ssh. The paths are given as the caller names them
     (`~/...`: ssh expands `~` itself), so the provider's config is the same on every
@@ -178,27 +212,44 @@ def docker_ssh_options(
         known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
         server_alive_count=None,
         control_dir=control_dir_ref,
+        proxy_command=jump_command(jump, identity_ref, known_hosts_ref) if jump else None,
     )
 
 
 def docker_ssh_opts(
-    node: NodeConfig, identity_ref: str, known_hosts_ref: str, control_dir_ref: str
+    node: NodeConfig,
+    identity_ref: str,
+    known_hosts_ref: str,
+    control_dir_ref: str,
+    jump: JumpConfig | None = None,
 ) -> list[str]:
     """The docker provider's `sshOpts` (each `-o` its own argv word)."""
-    return docker_ssh_options(node, identity_ref, known_hosts_ref, control_dir_ref).argv()
+    return docker_ssh_options(node, identity_ref, known_hosts_ref, control_dir_ref, jump).argv()
 
 
-def node_options(node: NodeConfig, identity: PathRef, known_hosts_ref: PathRef) -> SshOptions:
-    """The workstation's (or the head's) ssh to `node` with the stack's key and host-key
-    policy: the docker provider's options without connection sharing."""
+def node_options(
+    node: NodeConfig, identity: PathRef, known_hosts_ref: PathRef, jump: JumpConfig | None = None
+) -> SshOptions:
+    """The workstation's (or the head's) ssh to `node` with its key and host-key policy:
+    the docker provider's options without connection sharing. A jump host only from the
+    workstation (nodes reach each other directly)."""
+    proxy = None
+    if jump is not None:
+        if not isinstance(identity, str) or not isinstance(known_hosts_ref, str):
+            raise ValueError("a jump host is for the workstation's ssh (paths, not variables)")
+        proxy = jump_command(jump, identity, known_hosts_ref)
     return SshOptions(
-        identity=identity, known_hosts=known_hosts_ref if node.ssh.verify_host_key else None
+        identity=identity,
+        known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
+        proxy_command=proxy,
     )
 
 
-def node_target(node: NodeConfig, identity_file: str, known_hosts_file: str) -> SshTarget:
+def node_target(
+    node: NodeConfig, identity_file: str, known_hosts_file: str, jump: JumpConfig | None = None
+) -> SshTarget:
     """ssh from the workstation to `node` (same key and host-key policy as the provider)."""
     return SshTarget(
         node.ssh.user, node.ssh.host, node.ssh.port,
-        node_options(node, identity_file, known_hosts_file),
+        node_options(node, identity_file, known_hosts_file, jump),
     )  # fmt: skip

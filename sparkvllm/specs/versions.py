@@ -1,27 +1,29 @@
 """The same Python, Ray, vLLM and torch on every node, and whether the workstation's Ray
 could talk to the cluster as a Ray Client.
 
-Pain points: a worker whose image differs from the head's (Ray refuses a raylet of another
-version; a vLLM mismatch fails deep inside the engine), and a workstation `ray` that does
-not match the cluster's. The program itself never uses a Ray Client: every Ray question is
-asked inside the head container with the image's own Ray (`probes/ray_members.py`), so its
-checks work whatever Ray the workstation has. The comparison is for operators who attach
-a Ray Client (`ray.init("ray://head:10001")`), which needs the same Ray version and the same
-Python major.minor on both sides (Ray compares exactly these since ray PR 42760).
+What goes wrong otherwise: a worker whose image differs from the head's (Ray refuses a
+raylet of another version; a vLLM mismatch fails deep inside the engine), and a
+workstation `ray` that does not match the cluster's. The program itself never uses a Ray
+Client: every Ray question is asked inside the head container with the image's own Ray
+(`probes/ray_members.py`), so its checks work whatever Ray the workstation has. The
+comparison is for operators who attach a Ray Client (`ray.init("ray://head:10001")`),
+which needs the same Ray version and the same Python major.minor on both sides (Ray
+compares exactly these since ray PR 42760).
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs.commands import CommandSpec, NodesDisagreeError
-from sparkvllm.specs.health import last_json
+from sparkvllm.specs.commands import CommandSpec
+from sparkvllm.specs.output import NodesDisagreeError, last_json
 
 # What must be equal on every node. Python too: Ray pickles across the cluster.
-MUST_MATCH = ("python", "ray", "vllm", "torch")
+MUST_MATCH = ("python", "ray", "vllm", "torch", "nccl")
 
 
 def image_versions(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
@@ -30,9 +32,8 @@ def image_versions(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     return CommandSpec(
         name=f"image-versions-{node.name}",
         node=node.name,
-        create=(
-            f"docker run --rm -i --network none --entrypoint python3 {shlex.quote(cfg.image.ref)} -"
-        ),
+        create="docker run --rm -i --network none --entrypoint python3 "
+        f"{shlex.quote(cfg.image.local_ref)} -",
         stdin=script("image_versions"),
         timeout_s=300,
     )
@@ -70,6 +71,27 @@ def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict
             " from the odd node and re-run, so the head's copy is streamed there)"
         )
     return agreed
+
+
+def _release(nccl: str) -> str:
+    """ "2.27.3+cuda12.9+pip:nvidia-nccl-cu12" -> "2.27.3"."""
+    return nccl.split("+", 1)[0]
+
+
+def nccl_report(image_nccl: str, hosts: Mapping[str, str], transport: str) -> dict[str, Any]:
+    """The NCCL in use: the image's library, each host's own, the transport the server's
+    log shows, and a warning for each host whose NCCL release differs from the image's (a
+    container that picks up the host's library through a mount or LD_LIBRARY_PATH runs
+    two NCCLs that can hang each other)."""
+    warnings = [
+        f"node {node}: the host's NCCL is {host}, the image's {_release(image_nccl)} "
+        f"({image_nccl}); keep the host's libnccl out of the containers (no mount, no "
+        "LD_LIBRARY_PATH), or use an image built against the host's NCCL"
+        for node, host in sorted(hosts.items())
+        if host and image_nccl and _release(host) != _release(image_nccl)
+    ]
+    return {"image": image_nccl, "hosts": dict(hosts), "transport": transport,
+            "warnings": warnings}  # fmt: skip
 
 
 def ray_client_compatibility(cluster: Mapping[str, str], workstation: Mapping[str, str]) -> str:

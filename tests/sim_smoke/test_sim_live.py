@@ -28,7 +28,7 @@ def _ssh(address: str, command: str) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=60).stdout
 
 
-def test_nodes_answer_with_their_own_engine_and_the_model() -> None:
+def test_nodes_answer_with_their_own_dockerd_and_the_model() -> None:
     repo = f"{NODE_HF_HUB_DIR}/models--{MODEL_ID.replace('/', '--')}"
     for node in _nodes():
         out = _ssh(

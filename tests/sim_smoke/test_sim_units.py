@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sim import build, keys, model, preflight
+from sim import build, host_checks, keys, tiny_model
 from sim.cluster import Cluster, Undo, find_existing, node_run_argv
 from sim.progress import Timer
 from sim.runner import CommandError, Result
@@ -69,13 +69,13 @@ def test_only_head_gets_images_mount(tmp_path: Path) -> None:
 
 def test_subnet_collisions() -> None:
     occupants = [
-        preflight.Occupant("docker network", "bridge", "172.17.0.0/16"),
-        preflight.Occupant("host route", "172.28.0.0/16 dev eth9", "172.28.0.0/16"),
+        host_checks.Occupant("docker network", "bridge", "172.17.0.0/16"),
+        host_checks.Occupant("host route", "172.28.0.0/16 dev eth9", "172.28.0.0/16"),
     ]
-    hits = preflight.collisions("172.28.0.0/24", occupants)
+    hits = host_checks.collisions("172.28.0.0/24", occupants)
     assert [h.name for h in hits] == ["172.28.0.0/16 dev eth9"]
     routes = json.dumps([{"dst": "default", "dev": "eth0"}, {"dst": "10.0.0.0/8", "dev": "x"}])
-    assert [o.subnet for o in preflight.parse_routes(routes)] == ["10.0.0.0/8"]
+    assert [o.subnet for o in host_checks.parse_routes(routes)] == ["10.0.0.0/8"]
 
 
 def test_deb822_mirrors() -> None:
@@ -98,8 +98,8 @@ def test_hub_layout_is_deterministic(tmp_path: Path) -> None:
     flat.mkdir()
     (flat / "config.json").write_text("{}")
     (flat / "model.safetensors").write_bytes(b"weights")
-    rev1 = model.write_hub_layout(flat, tmp_path / "a" / "models--o--m")
-    rev2 = model.write_hub_layout(flat, tmp_path / "b" / "models--o--m")
+    rev1 = tiny_model.write_hub_layout(flat, tmp_path / "a" / "models--o--m")
+    rev2 = tiny_model.write_hub_layout(flat, tmp_path / "b" / "models--o--m")
     assert rev1 == rev2 and len(rev1) == 40
     link = tmp_path / "a" / "models--o--m" / "snapshots" / rev1 / "config.json"
     assert link.is_symlink() and link.read_text() == "{}"
@@ -124,6 +124,9 @@ def test_down_removes_only_labelled_sim_objects(tmp_path: Path) -> None:
     runner = FakeRunner(
         {
             ("docker", "ps"): Result(0, "sparkvllm-sim-spark-1 running\nother-thing running\n"),
+            # The hub stand-in, found by its own label (not a node).
+            ("docker", "ps", "-aq", "--filter", "label=io.sparkvllm.sim.hub"): Result(0, "hub1\n"),
+            ("docker", "ps", "-aq", "--filter", "label=io.sparkvllm.sim.jump"): Result(0, "j1\n"),
             ("docker", "volume", "ls"): Result(0, "sparkvllm-sim-spark-1-docker\nforeign\n"),
             ("docker", "network", "ls"): Result(0, "abc123\n"),
         }
@@ -133,6 +136,8 @@ def test_down_removes_only_labelled_sim_objects(tmp_path: Path) -> None:
     Cluster(runner, StatePaths(tmp_path), Timer(quiet=True)).down()
     removals = [c for c in runner.calls if "rm" in c]
     assert removals == [
+        ["docker", "rm", "-f", "hub1"],  # attached to the network: first
+        ["docker", "rm", "-f", "j1"],
         ["docker", "rm", "-f", "-v", "sparkvllm-sim-spark-1"],
         ["docker", "volume", "rm", "sparkvllm-sim-spark-1-docker"],
         ["docker", "network", "rm", "sparkvllm-sim"],
@@ -144,15 +149,15 @@ def test_failed_up_rolls_back_what_it_created(
 ) -> None:
     import sim.cluster as cluster_mod
 
-    hub = model.HubModel(
+    hub = tiny_model.HubModel(
         "sparkvllm/tiny-qwen3", tmp_path / "models--sparkvllm--tiny-qwen3", "0" * 40
     )
     hub.snapshot_dir.mkdir(parents=True)
-    monkeypatch.setattr(cluster_mod, "ensure_engine", lambda *a: None)
+    monkeypatch.setattr(cluster_mod, "ensure_dockerd", lambda *a: None)
     monkeypatch.setattr(keys, "ensure_node_keys", lambda *a: {"spark-1": "k1", "spark-2": "k2"})
     monkeypatch.setattr(build, "ensure_images", lambda *a: build.BuiltImages("b", "n", "v"))
-    monkeypatch.setattr(model, "ensure_model", lambda *a: hub)
-    monkeypatch.setattr(Cluster, "_preflight", lambda *a: None)
+    monkeypatch.setattr(tiny_model, "ensure_model", lambda *a: hub)
+    monkeypatch.setattr(Cluster, "_check_host", lambda *a: None)
     monkeypatch.setattr(Cluster, "_export_vllm_image", lambda *a: None)
     runner = FakeRunner(
         {

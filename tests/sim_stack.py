@@ -1,11 +1,7 @@
-"""The sim stack end to end without the Pulumi CLI: bring the simulated cluster up, then
-run the program's `sim` stack through the local engine (localengine/), with its state in
-this checkout (`.pulumi/stacks/spark-vllm/sim.json`, the same as
-`python -m localengine up --stack sim`).
-
-    python -m sim apply     # = python -m localengine up --stack sim (after `sim up`)
-    python -m sim destroy   # = python -m localengine destroy --stack sim
-"""
+"""Test glue for the sim stack: bring the simulated cluster up, run the program's `sim`
+stack through the local engine (localengine/, state in this checkout's
+`.pulumi/stacks/spark-vllm/sim.json`, as `python -m localengine up --stack sim`), and run
+commands on the simulated nodes over ssh."""
 
 from __future__ import annotations
 
@@ -21,22 +17,25 @@ from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, StatePaths
 from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.remote import run_ssh
-from sparkvllm.specs import ssh
 from sparkvllm.specs.containers import LABEL_PREFIX
-from sparkvllm.specs.ssh import SshTarget
-from sparkvllm.workstation import SshAccess, prepare_ssh_access, stack_file_config
+from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
 STACK = "sim"
 
 
+def cluster(quiet: bool = False) -> Cluster:
+    return Cluster(SubprocessRunner(), StatePaths.at(), Timer(quiet))
+
+
 def ensure_up(nodes: int = 2, quiet: bool = False) -> list[dict[str, object]]:
     """Start the simulated cluster if it is not running (idempotent)."""
-    return Cluster(SubprocessRunner(), StatePaths.at(), Timer(quiet)).up(nodes)
+    return cluster(quiet).up(nodes)
 
 
 def stack_raw(stack: str = STACK, root: Path = REPO_ROOT) -> dict[str, Any]:
-    return stack_file_config(stack, root)
+    return stack_file_raw(stack, root)
 
 
 def load(raw: dict[str, Any] | None = None) -> tuple[StackConfig, SshAccess]:
@@ -60,11 +59,6 @@ def has_state() -> bool:
     return any(StateFile(REPO_ROOT, STACK).load())
 
 
-def node_target(cfg: StackConfig, access: SshAccess, name: str) -> SshTarget:
-    node = next(n for n in cfg.nodes if n.name == name)
-    return ssh.node_target(node, access.identity_file, access.known_hosts_file)
-
-
 def run_on(
     cfg: StackConfig,
     access: SshAccess,
@@ -75,7 +69,7 @@ def run_on(
     timeout: float = 600,
 ) -> str:
     """stdout of `command` on node `name`; RuntimeError naming both if it fails."""
-    result = run_ssh(node_target(cfg, access, name), command, stdin=stdin, timeout=timeout)
+    result = run_ssh(access.targets[name], command, stdin=stdin, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(f"{name}: {command}: {result.stderr.strip()[-2000:]}")
     return result.stdout
@@ -86,30 +80,3 @@ def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:
     label = shlex.quote(f"{LABEL_PREFIX}.stack={STACK}")
     listing = f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'"
     return sorted(run_on(cfg, access, name, listing, timeout=60).split())
-
-
-def destroy_by_label(cfg: StackConfig, access: SshAccess) -> dict[str, list[str]]:
-    """Remove every container of the sim stack from every node (no engine state needed)."""
-    removed = {}
-    for node in cfg.nodes:
-        names = our_containers(cfg, access, node.name)
-        if names:
-            run_ssh(node_target(cfg, access, node.name), f"docker rm -f {shlex.join(names)}")
-        removed[node.name] = names
-    return removed
-
-
-def main_apply() -> int:
-    from localengine.__main__ import main
-
-    ensure_up()
-    if not has_state():
-        cfg, access = load()
-        destroy_by_label(cfg, access)  # containers no state knows of would block creates
-    return main(["up", "--stack", STACK])
-
-
-def main_destroy() -> int:
-    from localengine.__main__ import main
-
-    return main(["destroy", "--stack", STACK])

@@ -39,7 +39,7 @@ class HubModel:
     def node_snapshot_path(self) -> str:
         return f"{NODE_HF_HUB_DIR}/{self.repo_dir.name}/snapshots/{self.revision}"
 
-    def describe(self) -> dict[str, object]:
+    def record(self) -> dict[str, object]:
         """What `.sim/model.json` records: id, revision and where it is on every node."""
         return {
             "model_id": self.model_id,
@@ -90,6 +90,15 @@ def read_hub_model(repo_dir: Path, model_id: str = MODEL_ID) -> HubModel | None:
     if not ref.exists():
         return None
     return HubModel(model_id, repo_dir, ref.read_text().strip())
+
+
+def host_snapshot(paths: StatePaths, revision: str) -> Path:
+    """The cached snapshot folder (on this host) of the tiny model at `revision`."""
+    pattern = f"model-*/{repo_folder_name(MODEL_ID)}/snapshots/{revision}"
+    found = sorted(paths.cache_dir.glob(pattern))
+    if not found:
+        raise FileNotFoundError(f"no cached tiny model {revision} under {paths.cache_dir}")
+    return found[0]
 
 
 def ensure_model(runner: Runner, paths: StatePaths, vllm_image: str) -> HubModel:

@@ -15,36 +15,40 @@ from typing import Any
 
 from sparkvllm.config import PROJECT, NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs import containers, model
-from sparkvllm.specs.commands import fingerprint_script
+from sparkvllm.specs import containers, plans, weights
+from sparkvllm.specs.commands import CommandSpec, fingerprint_script, ray_ready
 from sparkvllm.specs.containers import SPEC_LABEL, ContainerSpec
-from sparkvllm.specs.health import last_json
+from sparkvllm.specs.health import ANSWER_TIMEOUT_S
+from sparkvllm.specs.output import key_values, last_json
 
 # Pulumi.yaml sets `options.refresh: always`, so every `up` reads the nodes back first.
-FIX = "run `pulumi up` (`python -m localengine up --stack NAME` where the Pulumi CLI is absent)"
+RUN_UP = "run `pulumi up` (`python -m localengine up --stack NAME` where the Pulumi CLI is absent)"
+NODE_STEP_TYPE = "pulumi-python:dynamic:Resource"
 
 
-def step_urn(stack: str, component_type: str, name: str) -> str:
+def step_urn(stack: str, component_type: str, step: CommandSpec) -> str:
     """The URN of a read-back node step (a NodeStep, a dynamic resource) of the program."""
-    return f"urn:pulumi:{stack}::{PROJECT}::{component_type}$pulumi-python:dynamic:Resource::{name}"
+    chain = f"{plans.CLUSTER_TYPE}${component_type}${NODE_STEP_TYPE}"
+    return f"urn:pulumi:{stack}::{PROJECT}::{chain}::{step.name}"
 
 
-def rerun_fix(stack: str, component_type: str, step: str) -> str:
+def rerun_fix(stack: str, component_type: str, step: CommandSpec) -> str:
     """How the step heals: the refresh of the next `up` reads the node, finds it differs
     from what the step left, and the step runs again (components/node_step.py)."""
     urn = step_urn(stack, component_type, step)
-    return f"{FIX}: its refresh reads '{urn}' back and runs it again"
+    return f"{RUN_UP}: its refresh reads '{urn}' back and runs it again"
 
 
 def image_fix(cfg: StackConfig, stack: str, node: str) -> str:
-    step = f"image-obtain-{node}" if node == cfg.head else f"image-sync-{node}"
-    return rerun_fix(stack, "sparkvllm:index:SyncedImage", step)
+    plan = plans.image(cfg, {})
+    step = plan.obtain if node == plan.head else plan.streams[node]
+    return rerun_fix(stack, plan.TYPE, step)
 
 
 def weights_fix(cfg: StackConfig, stack: str, node: str) -> str:
-    copied = cfg.model.distribution == "copy_from_head" and node != cfg.head
-    step = f"model-sync-{node}" if copied else f"model-download-{node}"
-    return rerun_fix(stack, "sparkvllm:index:ModelWeights", step)
+    plan = plans.model_weights(cfg, {})
+    step = plan.copies.get(node) or plan.downloads[node]
+    return rerun_fix(stack, plan.TYPE, step)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ class ContainerLive:
     exit_code: int
     spec: str
     image: str
+    restarts: int = 0
+    oom_killed: bool = False
+    last_log: str = ""
 
 
 @dataclass
@@ -75,6 +82,7 @@ class NodeLive:
     fingerprint: str = ""
     weights_manifest: str = ""
     weights_gaps: str = ""
+    image_digests: tuple[str, ...] = ()  # the image's registry digests (repo@sha256:...)
     ray: dict[str, Any] | None = None
     server: dict[str, Any] | None = None
 
@@ -93,61 +101,111 @@ def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
     expected container, and the node's image ID and fingerprint."""
     fmt = shlex.quote(
         f'{{{{.State.Status}}}} {{{{.State.ExitCode}}}} {{{{index .Config.Labels "{SPEC_LABEL}"}}}}'
-        " {{.Image}}"
+        " {{.Image}} {{.RestartCount}} {{.State.OOMKilled}}"
     )
-    ref = shlex.quote(cfg.image.ref)
-    lines = [
-        f"echo container.{s.name}=$(docker inspect -f {fmt} {s.name} 2>/dev/null || echo absent)"
-        for s in expected_containers(cfg, stack)[node.name]
-    ]
+    ref = shlex.quote(cfg.image.local_ref)
+    lines = []
+    for s in expected_containers(cfg, stack)[node.name]:
+        lines += [
+            f"c=$(docker inspect -f {fmt} {s.name} 2>/dev/null || echo absent)",
+            f'echo container.{s.name}="$c"',
+            # Why a container stopped: its last log line.
+            (
+                f'case "$c" in running*|absent) ;; *) echo container_log.{s.name}='
+                f'"$({telling_log_line(s.name)})";; esac'
+            ),
+        ]
     lines += [
         f"echo image.id=$(docker image inspect --format '{{{{.Id}}}}' {ref} 2>/dev/null)",
-        f"echo image.fingerprint=$({fingerprint_script(cfg.image.ref)})",
-        model.weights_state(cfg),
+        f"echo image.fingerprint=$({fingerprint_script(cfg.image.local_ref)})",
+        (
+            "echo image.digests=$(docker image inspect --format "
+            f"'{{{{range .RepoDigests}}}}{{{{.}}}} {{{{end}}}}' {ref} 2>/dev/null)"
+        ),
+        weights.weights_state(cfg),
     ]
     return "\n".join(lines)
 
 
-def ray_probe(cfg: StackConfig, stack: str) -> tuple[str, str]:
-    """(command, stdin) that asks Ray, inside the head container, who is in the cluster."""
-    # Sorted: the order of the node list is not a change.
-    ips = ",".join(sorted(str(n.cluster_link.address) for n in cfg.nodes))
-    name = containers.container_name(stack, "ray-head")
-    return f"docker exec -i {name} python3 - {ips} {cfg.total_gpus}", script("ray_members")
+def telling_log_line(container: str) -> str:
+    """Bash printing the line of `container`'s last 30 log lines that says why it failed
+    (the last one naming an error, an exception, OOM or a kill, links to docs aside), else
+    its last line."""
+    return (
+        f"docker logs --tail 30 {container} 2>&1 | tr -d '\\r' | awk "
+        "'{ last = $0 } tolower($0) ~ /error|exception|out of memory|killed/ "
+        "&& $0 !~ /https?:[/][/]/ { why = $0 } "
+        'END { print (why != "" ? why : last) }\' | cut -c1-200'
+    )
 
 
-def server_probe(cfg: StackConfig, stack: str) -> tuple[str, str]:
-    """(command, stdin) that probes the model server from inside its container."""
-    name = containers.container_name(stack, "model-server")
+@dataclass(frozen=True)
+class Probe:
+    """A probe run inside one of our containers: `command` with `stdin` on the node;
+    `logs` prints the container's last log lines (read when the probe finds a fault)."""
+
+    container: str
+    command: str
+    stdin: str
+
+    @property
+    def logs(self) -> str:
+        return telling_log_line(self.container)
+
+
+def ray_probe(cfg: StackConfig, stack: str) -> Probe:
+    """Asks Ray, inside the head container, who is in the cluster: the read-back of the
+    program's own membership step (a failed exec prints no JSON, which reads as no answer)."""
+    name = containers.ray_head(cfg, stack).name
+    members = ray_ready(cfg, name)
+    assert members.read is not None and members.read_stdin is not None
+    return Probe(name, members.read, members.read_stdin)
+
+
+def server_probe(cfg: StackConfig, stack: str) -> Probe:
+    """Probes the model server from inside its container."""
+    name = containers.model_server(cfg, stack).name
     url = f"http://127.0.0.1:{cfg.ports.api}"
-    model = shlex.quote(cfg.model.name_for_clients)
-    return f"docker exec -i {name} python3 - {url} {model}", script("server_health")
+    served = shlex.quote(cfg.model.name_for_clients)
+    command = f"docker exec -i {name} python3 - {url} {served} {ANSWER_TIMEOUT_S}"
+    return Probe(name, command, script("server_health"))
 
 
 def parse_state(stdout: str) -> NodeLive:
-    kv = {k: v for k, v in (line.partition("=")[::2] for line in stdout.splitlines()) if k}
+    kv = key_values(stdout)
     live = NodeLive(
         image_id=kv.get("image.id", ""),
         fingerprint=kv.get("image.fingerprint", ""),
         weights_manifest=kv.get("weights.manifest", ""),
-        weights_gaps=kv.get("weights.gaps", "").strip(),
+        weights_gaps=kv.get("weights.gaps", ""),
+        image_digests=tuple(kv.get("image.digests", "").split()),
     )
     for key, value in kv.items():
         if key.startswith("container."):
             parts = value.split()
-            if parts and parts[0] != "absent" and len(parts) == 4:
-                live.containers[key.removeprefix("container.")] = ContainerLive(
+            if parts and parts[0] != "absent" and len(parts) in (4, 6):
+                name = key.removeprefix("container.")
+                restarts, oom = (parts[4], parts[5]) if len(parts) == 6 else ("0", "false")
+                live.containers[name] = ContainerLive(
                     parts[0], int(parts[1]) if parts[1].lstrip("-").isdigit() else -1,
-                    parts[2], parts[3],
+                    parts[2], parts[3], int(restarts) if restarts.isdigit() else 0,
+                    oom == "true", kv.get(f"container_log.{name}", ""),
                 )  # fmt: skip
     return live
 
 
-def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[Drift]:
-    """Every difference between the config and what the nodes reported."""
+def find_drift(
+    cfg: StackConfig,
+    stack: str,
+    live: dict[str, NodeLive],
+    last_outputs: dict[str, Any] | None = None,
+) -> list[Drift]:
+    """Every difference between the config (and, when given, the outputs of the last
+    `up`) and what the nodes reported."""
     drifts: list[Drift] = []
     head = live.get(cfg.head, NodeLive(error="not read"))
     ref = cfg.image.ref
+    drifts += _image_identity_drift(cfg, stack, head, last_outputs or {})
     for node in cfg.nodes:
         got = live.get(node.name, NodeLive(error="not read"))
         if got.error:
@@ -176,14 +234,18 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
             want = spec.labels[SPEC_LABEL]
             if c is None:
                 drifts.append(
-                    Drift(node.name, "container missing", f"{spec.name} is gone; fix: {FIX}")
+                    Drift(node.name, "container missing", f"{spec.name} is gone; fix: {RUN_UP}")
                 )
             elif c.status != "running":
+                why = f"exit code {c.exit_code}"
+                why += f", restarted {c.restarts} time(s)" if c.restarts else ""
+                why += ", killed for lack of memory (OOM)" if c.oom_killed else ""
+                log = f"; last log: {c.last_log}" if c.last_log else ""
                 drifts.append(
                     Drift(
                         node.name,
                         "container not running",
-                        f"{spec.name} is {c.status} (exit code {c.exit_code}); fix: {FIX}",
+                        f"{spec.name} is {c.status} ({why}){log}; fix: {RUN_UP}",
                     )
                 )
             elif c.spec != want:
@@ -191,7 +253,7 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
                     Drift(
                         node.name,
                         "config not applied",
-                        f"{spec.name} runs spec {c.spec}, the config wants {want}; fix: {FIX}",
+                        f"{spec.name} runs spec {c.spec}, the config wants {want}; fix: {RUN_UP}",
                     )
                 )
             elif got.image_id and c.image != got.image_id:
@@ -200,12 +262,45 @@ def find_drift(cfg: StackConfig, stack: str, live: dict[str, NodeLive]) -> list[
                         node.name,
                         "container on an old image",
                         f"{spec.name} runs {c.image[:19]}, the node's {ref} is "
-                        f"{got.image_id[:19]}; fix: {FIX}",
+                        f"{got.image_id[:19]}; fix: {RUN_UP}",
                     )
                 )
     drifts += _ray_drift(cfg, head)
     drifts += _server_drift(cfg, head)
     return drifts
+
+
+def _image_identity_drift(
+    cfg: StackConfig, stack: str, head: NodeLive, last: dict[str, Any]
+) -> list[Drift]:
+    """The head's image against the pinned digest, and against the fingerprint the last
+    `up` recorded (a tag that now names another image)."""
+    if head.error or not head.image_id:
+        return []
+    out = []
+    img = cfg.image
+    fix = image_fix(cfg, stack, cfg.head)
+    pinned = f"{img.repository}@{img.digest}" if img.digest else ""
+    if pinned and pinned not in head.image_digests:
+        have = ", ".join(head.image_digests) or "no registry digest"
+        out.append(
+            Drift(
+                cfg.head,
+                "image not the pinned digest",
+                f"{img.local_ref} is {have}, the config pins {pinned}; fix: {fix}",
+            )
+        )
+    recorded = (last.get("image") or {}).get("fingerprint")
+    if isinstance(recorded, str) and recorded and head.fingerprint not in ("", recorded):
+        out.append(
+            Drift(
+                cfg.head,
+                "image changed since the last up",
+                f"{img.local_ref} has fingerprint {head.fingerprint[:12]}, the last up ran "
+                f"{recorded[:12]} (the tag now names another image); fix: {fix}",
+            )
+        )
+    return out
 
 
 def _weights_drift(
@@ -237,13 +332,13 @@ def _ray_drift(cfg: StackConfig, head: NodeLive) -> list[Drift]:
     if head.error or head.ray is None:
         return []
     if not head.ray:
-        return [Drift(cfg.head, "ray unreachable", f"the Ray head did not answer; fix: {FIX}")]
+        return [Drift(cfg.head, "ray unreachable", f"the Ray head did not answer; fix: {RUN_UP}")]
     by_ip = {str(n.cluster_link.address): n.name for n in cfg.nodes}
     out = [
         Drift(
             by_ip.get(ip, ip),
             "left the ray cluster",
-            f"{ip} is not a live Ray node (head restarted or worker lost); fix: {FIX}",
+            f"{ip} is not a live Ray node (head restarted or worker lost); fix: {RUN_UP}",
         )
         for ip in head.ray.get("missing", [])
     ]
@@ -252,7 +347,8 @@ def _ray_drift(cfg: StackConfig, head: NodeLive) -> list[Drift]:
             Drift(
                 cfg.head,
                 "ray gpus",
-                f"Ray sees {head.ray.get('gpus')} GPU(s), config has {cfg.total_gpus}; fix: {FIX}",
+                f"Ray sees {head.ray.get('gpus')} GPU(s), config has {cfg.total_gpus}; "
+                f"fix: {RUN_UP}",
             )
         )
     return out
@@ -265,13 +361,26 @@ def _server_drift(cfg: StackConfig, head: NodeLive) -> list[Drift]:
     if not s.get("ready"):
         status = s.get("health_status", 0)
         said = "refused the connection" if not status else f"answered {status}"
-        return [Drift(cfg.head, "model server unhealthy", f"/health {said}; fix: {FIX}")]
+        log = f"; last log: {s['last_log']}" if s.get("last_log") else ""
+        return [Drift(cfg.head, "model server unhealthy", f"/health {said}{log}; fix: {RUN_UP}")]
+    if not (s.get("smoke") or {}).get("ok"):
+        smoke = s.get("smoke") or {}
+        said = f"status {smoke.get('status')}: {str(smoke.get('text', ''))[:120]}"
+        log = f"; last log: {s['last_log']}" if s.get("last_log") else ""
+        return [
+            Drift(
+                cfg.head,
+                "model server stuck",
+                f"/health answers 200 but no token came within {ANSWER_TIMEOUT_S}s ({said})"
+                f"{log}; fix: {RUN_UP}",
+            )
+        ]
     if cfg.model.name_for_clients not in s.get("models", []):
         return [
             Drift(
                 cfg.head,
                 "model server serves another model",
-                f"{s.get('models')} instead of {cfg.model.name_for_clients}; fix: {FIX}",
+                f"{s.get('models')} instead of {cfg.model.name_for_clients}; fix: {RUN_UP}",
             )
         ]
     return []

@@ -1,4 +1,6 @@
-"""Make sure the local Docker engine (and the host tools `up` needs) are there and running."""
+"""The local Docker daemon (dockerd) the simulation runs on, and the host tools `up` needs:
+installed and running, or a message saying why not. (The local Docker daemon, not the
+Pulumi engine that localengine/ stands in for.)"""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ HOST_TOOLS = {
     "ssh": "openssh-client",
     "ip": "iproute2",
 }
-ENGINE_WAIT_S = 60.0
+DOCKERD_WAIT_S = 60.0
 
 
-class EngineError(RuntimeError):
-    """The Docker engine cannot be installed or started; the message says why."""
+class DockerdError(RuntimeError):
+    """dockerd cannot be installed or started; the message says why."""
 
 
 def missing_packages(which: Callable[[str], str | None] = shutil.which) -> list[str]:
@@ -37,36 +39,36 @@ def install_packages(runner: Runner, paths: StatePaths, packages: list[str]) -> 
         runner.run(["apt-get", "update"], env=env, log_path=log)
         runner.run(["apt-get", "install", "-y", *packages], env=env, log_path=log)
     except RuntimeError as err:
-        raise EngineError(
+        raise DockerdError(
             f"could not install {' '.join(packages)} with apt-get (needs root and the "
             f"Debian mirror): {err}"
         ) from err
 
 
-def engine_ready(runner: Runner) -> bool:
+def dockerd_ready(runner: Runner) -> bool:
     return runner.run(
         [DOCKER, "info", "--format", "{{.ServerVersion}}"], check=False, timeout=30
     ).ok
 
 
-def ensure_engine(runner: Runner, paths: StatePaths, say: Callable[[str], None]) -> None:
+def ensure_dockerd(runner: Runner, paths: StatePaths, say: Callable[[str], None]) -> None:
     """Install missing host tools, start dockerd in the background if needed, wait for it."""
     packages = missing_packages()
     if packages:
         say(f"sim: installing host packages: {' '.join(packages)}")
         install_packages(runner, paths, packages)
-    if engine_ready(runner):
+    if dockerd_ready(runner):
         return
     say(f"sim: starting dockerd in the background (log: {paths.dockerd_log})")
     pid = runner.spawn(["dockerd"], log_path=paths.dockerd_log)
-    deadline = time.monotonic() + ENGINE_WAIT_S
+    deadline = time.monotonic() + DOCKERD_WAIT_S
     while time.monotonic() < deadline:
-        if engine_ready(runner):
+        if dockerd_ready(runner):
             return
         time.sleep(1.0)
     tail = _log_tail(paths)
-    raise EngineError(
-        f"dockerd (pid {pid}) did not answer `docker info` within {ENGINE_WAIT_S:.0f}s.\n"
+    raise DockerdError(
+        f"dockerd (pid {pid}) did not answer `docker info` within {DOCKERD_WAIT_S:.0f}s.\n"
         f"Last lines of {paths.dockerd_log}:\n{tail}\n"
         "Fix the cause above (another dockerd? /var/lib/docker on an unsupported "
         "filesystem?) and run `python -m sim up` again."

@@ -14,13 +14,13 @@ from sim.settings import NETWORK_NAME
 DOCKER = "docker"
 GIB = 1024**3
 # Measured (README): vllm-sim image ~5 GiB, its tarball about the same, and every node
-# loads the image into its own engine. Build needs room for the layers being written.
+# loads the image into its own dockerd. Build needs room for the layers being written.
 BUILD_NEED_GIB = 10.0
 TARBALL_NEED_GIB = 5.0
 PER_NODE_NEED_GIB = 6.0
 
 
-class PreflightError(RuntimeError):
+class HostCheckError(RuntimeError):
     """`up` refuses to start; the message names the problem and the fix."""
 
 
@@ -45,7 +45,7 @@ def required_gib(nodes: int, images_built: bool, tarball_present: bool) -> float
 def check_disk(path: Path, need_gib: float) -> None:
     free_gib = shutil.disk_usage(path).free / GIB
     if free_gib < need_gib:
-        raise PreflightError(
+        raise HostCheckError(
             f"not enough free disk at {path}: {free_gib:.1f} GiB free, the simulation "
             f"needs about {need_gib:.1f} GiB (images, tarball, one image copy per node). "
             "Free some space (e.g. `docker system prune`) or use fewer --nodes."
@@ -100,7 +100,7 @@ def check_subnet(runner: Runner, subnet: str) -> None:
     hits = collisions(subnet, occupants + parse_routes(routes))
     if hits:
         named = "; ".join(f"{h.kind} {h.name} ({h.subnet})" for h in hits)
-        raise PreflightError(
+        raise HostCheckError(
             f"the simulation subnet {subnet} collides with {named}. Pass a free range with "
             f"`python -m sim up --subnet <cidr>` or remove the other network. (The "
             f"simulation's own network is named {NETWORK_NAME}.)"

@@ -1,0 +1,65 @@
+"""What the deployment costs, on the SIMULATED cluster, beside the raw alternatives.
+
+    .venv/bin/python -m bench [--quick] [--cold]
+
+Brings the simulation up and the `sim` stack to converged if needed, measures, prints one
+table and writes bench/results.json (figure -> value, unit, how, goal). --quick measures
+the no-op and drift figures and the served model only (a few minutes on a converged sim);
+--cold also destroys the stack and times a deploy from nothing. Read bench/README.md.
+Not part of the tests: benchmarks print figures, tests never assert times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from pathlib import Path
+
+from bench import measure
+from bench.figures import Figures, git_commit
+from tests import sim_stack as stack
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="no-op, drift and the model only")
+    p.add_argument("--cold", action="store_true", help="also time a deploy from nothing")
+    p.add_argument("--out", type=Path, default=HERE / "results.json")
+    args = p.parse_args(argv)
+    stack.ensure_up(quiet=True)
+    cfg, access = stack.load()
+    sim = measure.Sim(cfg, access, say=lambda m: print(f"  {m}", flush=True))
+    figures = Figures(
+        run={
+            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "commit": git_commit(HERE.parent),
+            "nodes": len(cfg.nodes),
+            "quick": args.quick,
+            "cold": args.cold,
+            "where": "the simulated cluster on this machine (CPU; Docker-in-Docker nodes)",
+        }
+    )
+    print("bench: no-op up and drift check", flush=True)
+    measure.noop(sim, figures)
+    if not args.quick:
+        print("bench: image distribution", flush=True)
+        measure.image(sim, figures)
+        print("bench: weights distribution", flush=True)
+        measure.model_weights(sim, figures)
+    if args.cold:
+        print("bench: cold deploy", flush=True)
+        measure.cold(sim, figures)
+    outputs = stack.engine("up", log=lambda _m: None).outputs  # converged again
+    print("bench: the served model", flush=True)
+    measure.served_model(outputs["endpoint"], str(outputs["served_model"]), figures)
+    print(figures.table())
+    figures.write(args.out)
+    print(f"bench: wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Measurements on the SIMULATED cluster, each beside the raw alternative in the same run.
+
+Every command runs as the program runs it: the program's own step specs over the same ssh
+(the key on stdin), the raw alternatives built from the same ssh prelude. Byte counts are
+the nodes' own interface counters (`/sys/class/net/eth0/statistics/tx_bytes`, summed over
+the nodes), so they include the workstation's ssh sessions to the nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.figures import Figures, stopwatch
+from sparkvllm.config import StackConfig
+from sparkvllm.remote import run_ssh
+from sparkvllm.specs import weights
+from sparkvllm.specs.commands import CommandSpec, image_sync, ssh_to_node_prelude
+from sparkvllm.workstation import SshAccess
+from tests import sim_stack as stack
+
+NETDEV = "eth0"  # the sim nodes' interface (sim/settings.py NODE_INTERFACE)
+
+
+@dataclass
+class Sim:
+    cfg: StackConfig
+    access: SshAccess
+    say: Callable[[str], None]
+
+    @property
+    def head(self) -> str:
+        return self.cfg.head
+
+    @property
+    def worker(self) -> str:
+        return self.cfg.worker_nodes[0].name
+
+    def on(self, node: str, command: str, stdin: str | None = None, timeout: int = 1800) -> str:
+        return stack.run_on(self.cfg, self.access, node, command, stdin=stdin, timeout=timeout)
+
+    def run_spec(self, spec: CommandSpec) -> str:
+        """A step's command on its node, as the program runs it (key or token on stdin)."""
+        stdin = self.access.private_key if spec.stdin_secret == "ssh_private_key" else spec.stdin
+        target = self.access.targets[spec.node]
+        result = run_ssh(target, spec.shell_command, stdin=stdin, timeout=spec.timeout_s)
+        if result.returncode != 0:
+            raise RuntimeError(f"{spec.name}: {result.stderr.strip()[-1500:]}")
+        return result.stdout
+
+    def tx_bytes(self) -> int:
+        read = f"cat /sys/class/net/{NETDEV}/statistics/tx_bytes"
+        return sum(int(self.on(n.name, read).strip()) for n in self.cfg.nodes)
+
+    def from_head_to_worker(self, pipe: str) -> str:
+        """`pipe` run on the head, where `remote CMD` runs CMD on the worker (the program's
+        own prelude: the key on stdin, the host key checked)."""
+        target = next(n for n in self.cfg.nodes if n.name == self.worker)
+        lines = [
+            *ssh_to_node_prelude(self.cfg, target, self.access.host_keys.get(self.worker)),
+            pipe,
+        ]
+        return self.on(
+            self.head, f"bash -c {shlex.quote(chr(10).join(lines))}", stdin=self.access.private_key
+        )
+
+
+def noop(sim: Sim, figures: Figures) -> None:
+    converged = stack.engine("up", log=lambda _m: None)
+    assert not converged.error, converged.error
+    before = sim.tx_bytes()
+    with stopwatch() as t:
+        again = stack.engine("up", log=lambda _m: None)
+    moved = sim.tx_bytes() - before
+    assert not again.error, again.error
+    figures.add(
+        "noop_up_s",
+        t[0],
+        "s",
+        "a second `localengine up --stack sim` on a converged "
+        "stack (with the project's refresh: every step and container read back, then the "
+        "program run and the diff)",
+        "< 5",
+    )
+    figures.add(
+        "noop_provider_calls",
+        again.provider_writes,
+        "calls",
+        "provider calls that change a node during that no-op up",
+        "0",
+    )
+    figures.add(
+        "noop_bytes",
+        moved,
+        "bytes",
+        "bytes the nodes sent during that no-op up "
+        "(their eth0 tx counters: the refresh's ssh sessions and answers, no payload)",
+        "0 payload",
+    )
+    with stopwatch() as t:
+        drift = stack.engine("preview", refresh=True, log=lambda _m: None)
+    assert not drift.error and not drift.changed, drift.error
+    nodes = len(sim.cfg.nodes)
+    figures.add(
+        f"drift_check_s_{nodes}_nodes",
+        t[0],
+        "s",
+        f"`preview --refresh` on the converged {nodes}-node stack (every read-back on every node)",
+        "grows < 1.5 s per node",
+    )
+
+
+def image(sim: Sim, figures: Figures) -> None:
+    ref = sim.cfg.image.local_ref
+    size = int(sim.on(sim.head, f"docker image inspect -f '{{{{.Size}}}}' {shlex.quote(ref)}"))
+    figures.add("image_bytes", size, "bytes", "the image's size on the head (docker inspect)")
+    untag = f"docker rmi -f {shlex.quote(ref)} >/dev/null"
+    # The raw alternative: the pipe people run by hand, between the same two nodes.
+    sim.on(sim.worker, untag)
+    with stopwatch() as raw:
+        sim.from_head_to_worker(f"docker save {shlex.quote(ref)} | remote docker load >&2")
+    # The program's step (it streams only when the worker's fingerprint differs).
+    sim.on(sim.worker, untag)
+    spec = image_sync(
+        sim.cfg, next(n for n in sim.cfg.worker_nodes), sim.access.host_keys.get(sim.worker)
+    )
+    with stopwatch() as synced:
+        out = sim.run_spec(spec)
+    assert "transferred=1" in out, out
+    figures.add(
+        "raw_pipe_s",
+        raw[0],
+        "s",
+        "`docker save | ssh worker docker load` from the head, the worker's tag removed first",
+    )
+    figures.add("image_sync_s", synced[0], "s", "the program's image-sync step, same start")
+    figures.add(
+        "image_sync_vs_raw_pipe",
+        raw[0] / synced[0],
+        "ratio",
+        "raw_pipe_s / image_sync_s, measured side by side",
+        ">= 0.9",
+    )
+    rerun_bytes(sim, spec, figures, "image_rerun_bytes", "image-sync (fingerprints match)")
+
+
+def rerun_bytes(sim: Sim, spec: CommandSpec, figures: Figures, name: str, step: str) -> None:
+    """Bytes the nodes send when a distribution step runs again on an up-to-date node."""
+    before = sim.tx_bytes()
+    out = sim.run_spec(spec)
+    assert "transferred=0" in out, out
+    figures.add(name, sim.tx_bytes() - before, "bytes",
+                f"bytes the nodes sent when {step} ran again", "0 payload")  # fmt: skip
+
+
+def model_weights(sim: Sim, figures: Figures) -> None:
+    cfg = sim.cfg
+    repo = weights.repo_dir(cfg)
+    hub, name = repo.rsplit("/", 1)
+    size = int(sim.on(sim.head, f"du -sbL {shlex.quote(repo)} | cut -f1"))
+    wipe = f"rm -rf {shlex.quote(repo)}"
+    sim.on(sim.worker, wipe)
+    with stopwatch() as raw:
+        sim.from_head_to_worker(
+            f"tar -C {shlex.quote(hub)} -cf - {shlex.quote(name)} | remote "
+            + shlex.quote(f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -")
+        )
+    sim.on(sim.worker, wipe)
+    spec = weights.weights_sync(cfg, cfg.worker_nodes[0], sim.access.host_keys.get(sim.worker))
+    with stopwatch() as copied:
+        out = sim.run_spec(spec)
+    assert "transferred=1" in out, out
+    figures.add("weights_bytes", size, "bytes", "the model's resolved files on the head")
+    figures.add(
+        "weights_copy_s",
+        copied[0],
+        "s",
+        "the program's model-sync step (copy and manifest check), the worker's copy removed first",
+    )
+    figures.add(
+        "weights_raw_pipe_s", raw[0], "s", "`tar | ssh worker tar` from the head, same start"
+    )
+    figures.add(
+        "weights_copy_vs_raw_pipe",
+        raw[0] / copied[0],
+        "ratio",
+        "weights_raw_pipe_s / weights_copy_s, side by side (the tiny sim model: ssh "
+        "setup dominates)",
+    )
+    rerun_bytes(sim, spec, figures, "weights_rerun_bytes", "model-sync (manifests match)")
+
+
+def _complete(endpoint: str, model: str, tokens: int) -> int:
+    body = {
+        "model": model,
+        "prompt": "The simulated spark cluster says",
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    req = urllib.request.Request(
+        f"{endpoint}/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        return int(json.loads(resp.read())["usage"]["completion_tokens"])
+
+
+def served_model(endpoint: str, model: str, figures: Figures, streams: int = 8) -> None:
+    with stopwatch() as one:
+        tokens = _complete(endpoint, model, 64)
+    figures.add(
+        "smoke_tok_s",
+        tokens / one[0],
+        "tokens/s",
+        "one stream, 64 tokens, "
+        "temperature 0 (a CPU figure on the sim; the seed's two Sparks: about 27)",
+    )
+    done: list[int] = []
+    threads = [
+        threading.Thread(target=lambda: done.append(_complete(endpoint, model, 64)))
+        for _ in range(streams)
+    ]
+    with stopwatch() as load:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    figures.add(
+        "load_tok_s",
+        sum(done) / load[0],
+        "tokens/s",
+        f"{streams} concurrent streams of 64 tokens, all tokens over the wall time",
+    )
+
+
+# Step name -> phase of a cold deploy (README "How it works").
+PHASES = {
+    "facts": "preflight",
+    "links": "preflight",
+    "hub-access": "preflight",
+    "image-obtain": "image_obtain",
+    "image-support": "image_obtain",
+    "image-sync": "image_sync",
+    "image-versions": "image_sync",
+    "model-download": "weights",
+    "model-sync": "weights",
+    "ray-head-container": "ray_head",
+    "ray-worker": "ray_workers",
+    "model-server-ray-ready": "ray_ready",
+    "model-server-container": "server_ready",
+    "model-server-health": "server_ready",
+}
+
+
+def phase_of(step: str) -> str:
+    for key, phase in PHASES.items():
+        if key in step:
+            return phase
+    return "other"
+
+
+def cold(sim: Sim, figures: Figures) -> None:
+    """Destroy, then one `up` to healthy: total, per phase, critical path, overhead."""
+    gone = stack.engine("destroy", log=lambda _m: None)
+    assert not gone.error, gone.error
+    with stopwatch() as t:
+        up = stack.engine("up", log=sim.say)
+    assert not up.error, up.error
+    phases: dict[str, float] = {}
+    for s in up.steps:
+        if s.op != "same":
+            phase = phase_of(s.name)
+            phases[phase] = phases.get(phase, 0.0) + s.seconds
+    figures.add(
+        "cold_total_s",
+        t[0],
+        "s",
+        "`localengine up` from nothing to healthy (images "
+        "already on the sim's disk; the head loads its tarball)",
+    )
+    for phase, seconds in phases.items():
+        figures.add(
+            f"phase_{phase}_s",
+            seconds,
+            "s",
+            f"sum of the {phase} steps' own times (steps in parallel overlap)",
+        )
+    critical = sum(phases.get(p, 0.0) for p in ("image_sync", "server_ready", "ray_head"))
+    figures.add(
+        "critical_path_s",
+        critical,
+        "s",
+        "image transfer + Ray head start + model load to ready: what the deploy cannot do without",
+    )
+    figures.add(
+        "cold_overhead_ratio", t[0] / critical, "ratio", "cold_total_s / critical_path_s", "<= 1.2"
+    )

@@ -1,0 +1,251 @@
+"""What each component adapts, built from the config once (components/deployment.py).
+
+One plan per component: its name, the specs of its steps (each owning its resource name),
+the values its steps are re-run on (triggers), and the pure checks on what they print. A
+component takes its plan and turns it into resources; it never reads the StackConfig. The
+drift check takes step names from the same plans (`TYPE` is each component's type token,
+the URN's parent chain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.specs import commands, containers, facts, model_support, versions, weights
+from sparkvllm.specs.commands import CommandSpec
+from sparkvllm.specs.containers import ContainerSpec
+from sparkvllm.specs.ssh import docker_host, docker_ssh_opts
+
+# The component that holds every part (components/cluster.py).
+CLUSTER_TYPE = "sparkvllm:index:SparkVllmCluster"
+
+
+@dataclass(frozen=True)
+class NodeAccess:
+    """How the workstation reaches one node (no secret: the key stays in its file): ssh for
+    the node's commands, and the docker provider's `ssh://` host and `-o` options."""
+
+    host: str
+    port: int
+    user: str
+    host_key: str | None
+    identity_ref: str  # may start with ~ (ssh and the step runner expand it)
+    docker_host: str
+    docker_ssh_opts: tuple[str, ...]
+    # The jump host the node is reached through, with its verified host key.
+    jump: JumpAccess | None = None
+
+
+@dataclass(frozen=True)
+class JumpAccess:
+    host: str
+    port: int
+    user: str
+    host_key: str | None
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    TYPE: ClassVar[str] = "sparkvllm:index:GB10Node"
+    name: str
+    access: NodeAccess
+    facts: CommandSpec
+    links: CommandSpec
+    # Each judges its step's stdout and raises PreflightError (in the step's create).
+    facts_check: Callable[[str], None]
+    links_check: Callable[[str], None]
+    # (facts stdout, links stdout) -> (facts output, warnings), once both checks passed.
+    verdict: Callable[[str, str], tuple[dict[str, object], list[str]]]
+    # The head's: can it download the model (None elsewhere, or offline)? It fails on the
+    # node with the fix; its stdin is the hf_token (from `token_file`) when the stack has one.
+    hub: CommandSpec | None = None
+    token_file: str | None = None
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    TYPE: ClassVar[str] = "sparkvllm:index:SyncedImage"
+    name: str
+    ref: str  # what containers run: a reference, known in every preview
+    head: str
+    obtain: CommandSpec
+    obtain_triggers: tuple[str, ...]
+    support: CommandSpec
+    support_triggers: tuple[str, ...]
+    # stdout of the support probe -> its summary; raises ModelSupportError.
+    support_verdict: Callable[[str], dict[str, Any]]
+    streams: Mapping[str, CommandSpec]  # worker -> the stream from the head
+    versions: Mapping[str, CommandSpec]  # every node -> its versions probe
+    # node -> versions probe stdout -> the versions all agree on; raises NodesDisagreeError.
+    agreed_versions: Callable[[Mapping[str, str]], dict[str, str]]
+
+
+@dataclass(frozen=True)
+class WeightsPlan:
+    TYPE: ClassVar[str] = "sparkvllm:index:ModelWeights"
+    name: str
+    head: str
+    downloads: Mapping[str, CommandSpec]  # the head, or every node
+    copies: Mapping[str, CommandSpec]  # worker -> the copy from the head (may be empty)
+    triggers: tuple[str, ...]
+    # The workstation file the downloads read the hf_token from (the secret stays there).
+    token_file: str | None = None
+
+
+@dataclass(frozen=True)
+class _ContainerPlan:
+    """A component around one long-running container."""
+
+    name: str
+    container: ContainerSpec
+
+
+@dataclass(frozen=True)
+class RayHeadPlan(_ContainerPlan):
+    TYPE: ClassVar[str] = "sparkvllm:index:RayHead"
+    gcs_address: str
+    dashboard_url: str
+    dashboard_tunnel: str
+
+
+@dataclass(frozen=True)
+class RayWorkerPlan(_ContainerPlan):
+    TYPE: ClassVar[str] = "sparkvllm:index:RayWorker"
+
+
+@dataclass(frozen=True)
+class ServerPlan(_ContainerPlan):
+    TYPE: ClassVar[str] = "sparkvllm:index:ModelServer"
+    ray_ready: CommandSpec
+    guard: CommandSpec
+    drop_caches: tuple[CommandSpec, ...]  # one per node, or none (drop_page_cache: false)
+    ready: CommandSpec
+    endpoint: str
+    served_name: str
+    rdma: bool
+
+
+def node(
+    cfg: StackConfig,
+    n: NodeConfig,
+    *,
+    host_key: str | None,
+    identity_ref: str,
+    known_hosts_ref: str,
+    control_dir_ref: str,
+    token_file: str | None = None,
+    jump_host_key: str | None = None,
+) -> NodePlan:
+    jump = cfg.jump_for(n)
+    public = facts.public_config(cfg)  # what the judges carry into the state
+    opts = docker_ssh_opts(n, identity_ref, known_hosts_ref, control_dir_ref, jump)
+    access = NodeAccess(
+        host=n.ssh.host,
+        port=n.ssh.port,
+        user=n.ssh.user,
+        host_key=host_key,
+        identity_ref=identity_ref,
+        docker_host=docker_host(n),
+        docker_ssh_opts=tuple(opts),
+        jump=JumpAccess(jump.host, jump.port, jump.user, jump_host_key) if jump else None,
+    )
+    return NodePlan(
+        name=n.name,
+        access=access,
+        facts=facts.facts_step(cfg, n),
+        links=facts.links_step(cfg, n),
+        facts_check=partial(facts.facts_check, public, n.name),
+        links_check=partial(facts.links_check, public, n.name),
+        verdict=partial(facts.verdict, cfg, n),
+        hub=weights.hub_access(cfg) if n.name == cfg.head else None,
+        token_file=token_file,
+    )
+
+
+def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
+    img = cfg.image
+    return ImagePlan(
+        name="image",
+        ref=img.local_ref,
+        head=cfg.head,
+        obtain=commands.image_obtain(cfg),
+        obtain_triggers=(img.ref, img.source, img.tarball or ""),
+        support=model_support.model_support(cfg),
+        support_triggers=(cfg.model.id, cfg.model.revision),
+        support_verdict=partial(model_support.support_verdict, cfg),
+        streams={
+            n.name: commands.image_sync(cfg, n, host_keys.get(n.name)) for n in cfg.worker_nodes
+        },
+        versions={n.name: versions.image_versions(cfg, n) for n in cfg.nodes},
+        agreed_versions=partial(versions.agreed_versions, cfg),
+    )
+
+
+def model_weights(
+    cfg: StackConfig, host_keys: Mapping[str, str | None], token_file: str | None = None
+) -> WeightsPlan:
+    each = cfg.model.distribution == "download_on_each_node"
+    downloaders = cfg.nodes if each else [cfg.head_node]
+    copied = [] if each else cfg.worker_nodes
+    return WeightsPlan(
+        name="model",
+        head=cfg.head,
+        downloads={n.name: weights.weights_download(cfg, n) for n in downloaders},
+        copies={n.name: weights.weights_sync(cfg, n, host_keys.get(n.name)) for n in copied},
+        triggers=(cfg.model.id, cfg.model.revision),
+        token_file=token_file,
+    )
+
+
+def ray_head(cfg: StackConfig, stack: str) -> RayHeadPlan:
+    url, tunnel = containers.dashboard_access(cfg)
+    return RayHeadPlan(
+        name="ray-head",
+        container=containers.ray_head(cfg, stack),
+        gcs_address=containers.gcs_address(cfg),
+        dashboard_url=url,
+        dashboard_tunnel=tunnel,
+    )
+
+
+def ray_worker(cfg: StackConfig, stack: str, n: NodeConfig) -> RayWorkerPlan:
+    return RayWorkerPlan(
+        name=f"ray-worker-{n.name}", container=containers.ray_worker(cfg, stack, n)
+    )
+
+
+def model_server(cfg: StackConfig, stack: str) -> ServerPlan:
+    server = containers.model_server(cfg, stack)
+    host = cfg.endpoint_host or cfg.head_node.ssh.host
+    return ServerPlan(
+        name="model-server",
+        container=server,
+        ray_ready=commands.ray_ready(cfg, containers.ray_head(cfg, stack).name),
+        guard=commands.server_guard(cfg, server.name),
+        drop_caches=tuple(commands.drop_page_cache(n) for n in cfg.nodes)
+        if cfg.drop_page_cache
+        else (),
+        ready=commands.server_ready(cfg, server.name),
+        endpoint=f"http://{host}:{cfg.ports.api}/v1",
+        served_name=cfg.model.name_for_clients,
+        rdma=any(n.cluster_link.roce_hcas for n in cfg.nodes),
+    )
+
+
+def warnings(cfg: StackConfig) -> list[str]:
+    """What the config risks, said at every preview and up: what the deployment exposes,
+    and an image that may change under its tag."""
+    out = containers.exposure_warnings(cfg)
+    img = cfg.image
+    if img.moving and img.source == "pull":
+        out.append(
+            f"image.ref {img.ref} is a moving tag: the registry can serve another image under "
+            "it (a new vLLM, another executor) on a node that pulls it again; fix: pin it by "
+            f"digest, e.g. {img.repository}@sha256:<digest> (`docker inspect --format "
+            "'{{index .RepoDigests 0}}' IMAGE` shows it)"
+        )
+    return out

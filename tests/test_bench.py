@@ -1,0 +1,46 @@
+"""bench/'s bookkeeping (the measurements themselves run on the sim: `python -m bench`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.figures import Figures
+from bench.measure import phase_of
+from sparkvllm.config import load_stack_config
+from sparkvllm.specs import plans
+from tests.conftest import stack_file
+
+
+def test_results_json_has_value_unit_how_and_goal(tmp_path: Path) -> None:
+    figures = Figures(run={"nodes": 2})
+    figures.add("noop_up_s", 3.14159, "s", "a second up", "< 5")
+    figures.add("image_sync_vs_raw_pipe", 0.95, "ratio", "raw / sync")
+    figures.write(tmp_path / "results.json")
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["run"] == {"nodes": 2}
+    assert data["noop_up_s"] == {"value": 3.142, "unit": "s", "how": "a second up", "goal": "< 5"}
+    table = figures.table().splitlines()
+    assert table[0].split() == ["figure", "value", "unit", "goal"]
+    assert table[1].split()[:3] == ["noop_up_s", "3.142", "s"]
+
+
+@pytest.mark.parametrize("stack", ["sim", "spark"])
+def test_every_step_of_a_deploy_has_a_phase(stack: str) -> None:
+    """A step the phase table does not know would vanish into "other" in the cold figures."""
+    raw = stack_file(stack)
+    raw["ssh_private_key_file"] = "x"
+    cfg = load_stack_config(raw)
+    names = [cfg.head + "-facts", cfg.head + "-links", cfg.head + "-hub-access"]
+    image = plans.image(cfg, {})
+    names += [image.obtain.name, image.support.name]
+    names += [s.name for s in image.streams.values()] + [s.name for s in image.versions.values()]
+    weights = plans.model_weights(cfg, {})
+    names += [s.name for s in [*weights.downloads.values(), *weights.copies.values()]]
+    names += [plans.ray_head(cfg, stack).container.resource_name]
+    names += [plans.ray_worker(cfg, stack, n).container.resource_name for n in cfg.worker_nodes]
+    names += ["model-server-ray-ready", plans.model_server(cfg, stack).container.resource_name]
+    unknown = [n for n in names if phase_of(n) == "other"]
+    assert not unknown, unknown

@@ -27,14 +27,14 @@ from pathlib import Path
 STUBBED = (
     "docker", "vllm", "ray", "python3", "python", "sudo", "curl", "wget", "tar", "ip",
     "ping", "nvidia-smi", "rsync", "scp", "nc", "socat", "sync", "sleep", "pwned", "touch",
-    "sh", "dd", "chmod", "chown", "kill", "pkill", "systemctl",
+    "sh", "dd", "chmod", "chown", "kill", "pkill", "systemctl", "mv",
 )  # fmt: skip
 # Harmless tools the scripts use to compute and format: the real binaries.
 REAL = (
     "bash", "cat", "mktemp", "rm", "sha256sum", "cut", "awk", "sort", "find", "grep",
     "tr", "wc", "head", "tail", "sed", "paste", "ls", "df", "id", "env", "timeout", "uname",
     "hostname", "mkdir", "basename", "dirname", "tee", "true", "false", "printf", "test",
-    "seq", "xargs",
+    "seq", "xargs", "stat", "nproc", "sha1sum",
 )  # fmt: skip
 
 FIELD, RECORD = "\x1f", "\x1e"

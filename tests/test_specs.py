@@ -27,7 +27,7 @@ from sparkvllm.specs.output import (
     last_json,
     same_on_every_node,
 )
-from tests.conftest import four_node_raw, hf_snapshot
+from tests.conftest import TEST_PRIVATE_KEY, four_node_raw, hf_snapshot
 from tests.pulumi_mocks import healthy_facts
 
 
@@ -473,10 +473,9 @@ def test_weights_commands(cfg: StackConfig) -> None:
         subprocess.run(["bash", "-n", "-c", spec.create], check=True)
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
-    assert (
-        "tar -C /home/aurora/.cache/huggingface/hub -cf - models--Qwen--Qwen3.5-122B-A10B-FP8"
-        in sync.create
-    )
+    # Blob by blob (tests/test_weights_copy.py runs it), then the layout by tar.
+    assert 'tail -c +$((off + 1)) "$repo/blobs/$b" | remote bash -c' in sync.create
+    assert 'tar -C /home/aurora/.cache/huggingface/hub -cf - "${layout[@]}" | remote' in sync.create
     assert "-l aurora -- 192.168.100.11" in sync.create
 
 
@@ -593,14 +592,25 @@ def test_nccl_transport_is_read_from_the_server_logs(
     assert report["nccl_transport"] == transport
 
 
-def _download(cfg_raw: dict[str, Any], hf: Any) -> subprocess.CompletedProcess[str]:
+def _download(
+    cfg_raw: dict[str, Any], hf: Any, offline: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """The download step's command here; `docker` is a stub that fails (nothing is pulled
+    or run)."""
     from sparkvllm.specs.weights import weights_download
 
     raw = copy.deepcopy(cfg_raw)
-    raw["model"].update(hf_cache=str(hf), offline=True)
+    raw["model"].update(hf_cache=str(hf), offline=offline)
     c = load_stack_config(raw)
+    stubs = Path(hf) / "stub-bin"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "docker").write_text("#!/bin/sh\necho 'docker stub: not run' >&2\nexit 1\n")
+    (stubs / "docker").chmod(0o755)
     return subprocess.run(
-        ["bash", "-c", weights_download(c, c.nodes[0]).create], capture_output=True, text=True
+        ["bash", "-c", weights_download(c, c.nodes[0]).create],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}"},
     )
 
 
@@ -890,3 +900,83 @@ def test_nccl_build_is_read_from_the_librarys_own_version_string(tmp_path: Path)
     assert nccl_report(image, {"a": "2.27.3+cuda12.9"}, "ib")["warnings"] == []
     (warning,) = nccl_report(image, {"a": "2.21.5+cuda12.2"}, "ib")["warnings"]
     assert "the host's NCCL is 2.21.5+cuda12.2, the image's 2.27.3" in warning
+
+
+@pytest.mark.parametrize("offline", [True, False])
+def test_weights_download_checks_every_blob_by_its_checksum(
+    spark_raw: dict[str, Any], tmp_path: Any, offline: bool
+) -> None:
+    """A blob named by its sha256 whose bytes changed: offline, an error naming it (the
+    file is kept); online, it is removed so that the download fetches it again (here the
+    download itself cannot run: no docker, so the step fails after removing it)."""
+    import hashlib
+
+    data = b"w" * 100
+    snap = hf_snapshot(tmp_path / "hf", {"config.json": b"{}", "model.safetensors": data})
+    good = snap.parent.parent / "blobs" / hashlib.sha256(data).hexdigest()
+    (snap / "model.safetensors").resolve().rename(good)
+    (snap / "model.safetensors").unlink()
+    (snap / "model.safetensors").symlink_to(good)
+    good.write_bytes(b"x" * 100)  # same size, other bytes
+
+    out = _download(spark_raw, tmp_path / "hf", offline=offline)
+
+    assert out.returncode != 0
+    if offline:
+        assert "blobs do not match their names (checksums) and model.offline is true" in (
+            out.stderr
+        )
+        assert good.name in out.stderr and good.exists()
+    else:
+        assert f"removing blobs that do not match their checksums: {good.name}" in out.stderr
+        assert not good.exists()
+
+
+# ssh as far as the image sync needs it: options up to `--`, the host, then the command
+# words run the way sshd runs them (joined, under a shell), marked as on the target.
+_SSH_STUB = (
+    '#!/bin/bash\nwhile [ "$1" != -- ]; do shift; done; shift 2\nON_TARGET=1 exec bash -c "$*"\n'
+)
+# docker as far as the sizes go: the image is on the head only, SIZE bytes; the target's
+# data root is ROOT. Anything else (save, load) fails.
+_DOCKER_STUB = """#!/bin/bash
+case "$*" in
+  "image inspect --format "*) [ -z "${ON_TARGET:-}" ] && echo '["sha256:aa"]';;
+  "image inspect -f {{.Size}} "*) [ -z "${ON_TARGET:-}" ] && echo "$SIZE";;
+  "info -f {{.DockerRootDir}}") echo "$ROOT";;
+  *) exit 1;;
+esac
+"""
+
+
+@pytest.mark.parametrize(("size", "refused"), [(10**15, True), (1000, False)])
+def test_image_sync_checks_the_targets_disk_before_it_streams(
+    cfg: StackConfig, tmp_path: Path, size: int, refused: bool
+) -> None:
+    """The real script with ssh and docker stubbed: an image bigger than the target's free
+    space stops before `docker save` with node, need and have; a small one goes on."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("ssh", _SSH_STUB), ("docker", _DOCKER_STUB)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    spec = commands.image_sync(cfg, cfg.nodes[1], cfg.nodes[1].ssh.host_key)
+    out = subprocess.run(
+        ["bash", "-c", spec.create],
+        input=TEST_PRIVATE_KEY,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SIZE": str(size),
+             "ROOT": str(tmp_path / "docker-root")},
+    )  # fmt: skip
+    assert out.returncode != 0  # the stub cannot save: the small image fails there
+    last = out.stderr.strip().splitlines()[-1]
+    if refused:
+        assert last.startswith(
+            f"not enough disk on spark-2 for the image {cfg.image.local_ref}: docker's data "
+            "root needs 2.0 PB, has "
+        )
+        assert last.endswith("; fix: free space there (docker image prune; or move docker's "
+                             "data-root to a bigger disk)")  # fmt: skip
+    else:
+        assert "not enough disk" not in out.stderr and "streaming" in out.stderr

@@ -79,6 +79,19 @@ def fail(message: str) -> str:
     return f"{{ printf '%s\\n' {shlex.quote(message)} >&2; exit 1; }}"
 
 
+# A byte count as people read it: `human 3145745` prints 3.1 MB.
+HUMAN_FN = (
+    'human() { awk -v n="$1" \'BEGIN { split("B KB MB GB TB PB", u); i = 1; '
+    'while (n >= 1000 && i < 6) { n /= 1000; i++ }; printf "%.1f %s", n, u[i] }\'; }'
+)
+
+# Bytes free where $1 is or would be (df of its nearest existing folder).
+AVAIL_FN = (
+    'avail() { local d=$1; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
+    "df -B1 --output=avail \"$d\" | tail -n 1 | tr -d ' '; }"
+)
+
+
 def _id_script(ref: str) -> str:
     return f"docker image inspect --format '{{{{.Id}}}}' {shlex.quote(ref)}"
 
@@ -197,15 +210,35 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     ref = cfg.image.local_ref
     head = cfg.head_node.name
     fp = fingerprint_script(ref)
+    size_fmt = shlex.quote("{{.Size}}")
+    old_size = f"docker image inspect -f {size_fmt} {shlex.quote(ref)} 2>/dev/null"
+    root_fmt = shlex.quote("{{.DockerRootDir}}")
+    avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
+    no_room = f"not enough disk on {target.name} for the image {ref}: docker's data root"
+    room_fix = (
+        "fix: free space there (docker image prune; or move docker's data-root to a bigger disk)"
+    )
+    short_of_room = (
+        f"printf '%s needs %s, has %s; %s\\n' {shlex.quote(no_room)} "
+        f'"$(human "$need")" "$(human "$have")" {shlex.quote(room_fix)} >&2'
+    )
     create = "\n".join(
         [
             *ssh_to_node_prelude(cfg, target, host_key),
+            HUMAN_FN,
             # `|| true`: an absent image must reach the message below, not end the script
             # silently under `set -e`.
             f"src=$({fp} || true)",
             f'[ -n "$src" ] || {fail(f"image {ref} is missing on {head}")}',
             f"dst=$(remote {shlex.quote(fp)} || true)",
             'if [ "$src" != "$dst" ]; then',
+            # docker load unpacks the whole archive (in docker's data root) before it
+            # stores the layers the node lacks: the image's size, plus what it adds.
+            f"  size=$(docker image inspect -f {size_fmt} {shlex.quote(ref)})",
+            f"  old=$(remote {shlex.quote(old_size)} || true); old=${{old:-0}}",
+            "  need=$((size + (size > old ? size - old : 0)))",
+            f"  have=$(remote bash -c {shlex.quote(shlex.quote(avail))})",
+            f'  [ "$need" -le "$have" ] || {{ {short_of_room}; exit 1; }}',
             f"  echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
             f"  docker save {shlex.quote(ref)} | remote docker load >&2",
             f"  dst=$(remote {shlex.quote(fp)})",

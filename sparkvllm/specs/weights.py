@@ -10,7 +10,13 @@ import shlex
 
 from sparkvllm.config import HUB_ENDPOINT, NodeConfig, StackConfig
 from sparkvllm.probes import script
-from sparkvllm.specs.commands import CommandSpec, fail, ssh_to_node_prelude
+from sparkvllm.specs.commands import (
+    AVAIL_FN,
+    HUMAN_FN,
+    CommandSpec,
+    fail,
+    ssh_to_node_prelude,
+)
 from sparkvllm.specs.environment import HF_HOME
 
 
@@ -58,6 +64,56 @@ INCOMPLETE_FN = "\n".join(
 
 # The first five gaps on one line (awk reads all input: no SIGPIPE under pipefail).
 SET_GAPS = """gaps=$(incomplete "$snap" | awk 'NR <= 5' | tr '\\n' ' ')"""
+
+
+# Content check of one blob: the HF cache names an LFS file's blob by its sha256 and any
+# other file's by its git blob sha1, so the name is the checksum. Prints the blob's name
+# when the content does not match it (a name of neither form is checked by size only).
+# The suffix of a copy in progress (PART) is not part of the name.
+PART = ".sparkvllm-part"
+_GIT_SHA1 = '{ printf \'blob %s\\0\' "$(stat -c %s "$f")"; cat "$f"; } | sha1sum'
+_FINISHED = f"-maxdepth 1 -type f ! -name '*.incomplete' ! -name '*{PART}'"
+VERIFY_FN = "\n".join(
+    [
+        "verify_blob() {",
+        f"  local f=$1 b; b=${{1##*/}}; b=${{b%{PART}}}",
+        "  if [[ $b =~ ^[0-9a-f]{64}$ ]]; then",
+        '    [ "$(sha256sum < "$f" | cut -c1-64)" = "$b" ] || echo "$b"',
+        "  elif [[ $b =~ ^[0-9a-f]{40}$ ]]; then",
+        f'    [ "$({_GIT_SHA1} | cut -c1-40)" = "$b" ] || echo "$b"',
+        "  fi",
+        "}",
+        # Every finished blob of a folder, hashed on every core: the names that differ.
+        "verify_all() {",
+        '  [ -d "$1" ] || return 0',
+        (
+            f'  find "$1" {_FINISHED} -print0 | xargs -0 -r -P "$(nproc)" -n 1 '
+            'bash -c "$(declare -f verify_blob); verify_blob \\"\\$1\\"" _'
+        ),
+        "}",
+    ]
+)
+
+
+def _remote(script: str, *args: str) -> str:
+    """A `remote` call that runs `script` under bash on the far side, with positional
+    `args` (bash words on the head): quoted once for the head's shell, once for the
+    target's login shell."""
+    return " ".join(["remote bash -c", shlex.quote(shlex.quote(script)), "_", *args]).strip()
+
+
+def _say(message: str, *words: str) -> str:
+    """Bash: `message` (one literal word) and bash `words`, on one stderr line."""
+    fmt = " ".join(["%s"] * (1 + len(words)))
+    return f"printf '{fmt}\\n' {shlex.quote(message)} {' '.join(words)} >&2"
+
+
+def fail_words(message: str, *words: str) -> str:
+    """Bash: _say, then exit 1."""
+    return f"{{ {_say(message, *words)}; exit 1; }}"
+
+
+B = '"$b"'  # the blob's name, as a bash word
 
 
 # The token, when the stack has one, is the first line of the step's stdin: read into the
@@ -180,19 +236,42 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
         "disk, then re-run. Missing:"
     )
     fetch = f'echo {offline} "$gaps" >&2; exit 1' if m.offline else download
+    # A blob whose content does not match its name: offline, an error naming it (kept for
+    # the user to look at); else removed, so that it counts as missing and comes again.
+    corrupt = (
+        fail_words(
+            f"{where}: blobs do not match their names (checksums) and model.offline is true; "
+            "fix: restore them (or set model.offline: false to download them again):",
+            '"${bad[*]}"',
+        )
+        if m.offline
+        else (
+            f"{{ echo {shlex.quote(f'{where}: removing blobs that do not match their checksums:')}"
+            ' "${bad[*]}" >&2; (cd "$repo/blobs" && rm -f -- "${bad[@]}"); }'
+        )
+    )
+    still_bad = shlex.quote(
+        f"{where}: downloaded blobs do not match their names (checksums); fix: check the "
+        "hub endpoint and the disk, then re-run:"
+    )
     create = "\n".join(
         [
             "set -euo pipefail",
             *([_READ_TOKEN] if token else []),
             MANIFEST_FN,
             INCOMPLETE_FN,
+            VERIFY_FN,
             _snapshot_shell(cfg),
+            'mapfile -t bad < <(verify_all "$repo/blobs")',
+            f'[ "${{#bad[@]}}" -eq 0 ] || {corrupt}',
             SET_GAPS,
             'if [ -n "$gaps" ]; then',
             f"  {fetch}",
             f"  {_snapshot_shell(cfg)}",
             f"  {SET_GAPS}",
             f'  [ -z "$gaps" ] || {{ echo {still} "$gaps" >&2; exit 1; }}',
+            '  mapfile -t bad < <(verify_all "$repo/blobs")',
+            f'  [ "${{#bad[@]}}" -eq 0 ] || {{ echo {still_bad} "${{bad[*]}}" >&2; exit 1; }}',
             "fi",
             'echo manifest=$(manifest "$snap")',
             'echo files=$(find -L "$snap" -type f | wc -l)',
@@ -241,44 +320,122 @@ def weights_state(cfg: StackConfig) -> str:
     )
 
 
-def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
-    """Copy the model from the head to `target` over the cluster link unless the manifest of
-    resolved files already matches; verify the manifest afterwards. Runs on the head with
-    the SSH key on stdin. Prints `transferred=0|1` and `manifest=`."""
+def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
+    """Bash lines, run on the head with `remote CMD...` reaching `target`, that make
+    `target`'s copy of the model equal the head's, moving only what it lacks (see
+    weights_sync). Prints `transferred=`, `sent=` (bytes) and `manifest=`."""
+    m = cfg.model
     repo = repo_dir(cfg)
-    hub = f"{cfg.model.hf_cache}/hub"
-    name = repo.rsplit("/", 1)[1]
+    hub = f"{m.hf_cache}/hub"
+    name = shlex.quote(repo.rsplit("/", 1)[1])
+    blobs = shlex.quote(f"{repo}/blobs")
+    part = f'{blobs}/"$1"{PART}'
     remote_manifest = f'{MANIFEST_FN}; {_snapshot_shell(cfg)}; manifest "$snap"'
-    create = "\n".join(
+    listing = f"cd {blobs} 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\\n' || true"
+    # On the target once a blob's bytes are there: its size, its content, then its name.
+    finish = "\n".join(
         [
-            *ssh_to_node_prelude(cfg, target, host_key),
-            MANIFEST_FN,
-            _snapshot_shell(cfg),
-            'src=$(manifest "$snap")',
-            f'[ -n "$src" ] || {fail(f"model {cfg.model.id} missing on {cfg.head}")}',
-            f"dst=$(remote bash -c {shlex.quote(shlex.quote(remote_manifest))} || true)",
-            'if [ "$src" != "$dst" ]; then',
-            f"  echo {shlex.quote(f'copying {cfg.model.id} {cfg.head} -> {target.name}')} >&2",
-            # tar keeps the blobs/ + snapshots/ symlink layout and copies the blobs themselves.
-            f"  tar -C {shlex.quote(hub)} -cf - {shlex.quote(name)} | remote "
-            + shlex.quote(f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -"),
-            f"  dst=$(remote bash -c {shlex.quote(shlex.quote(remote_manifest))})",
-            (
-                '  [ "$src" = "$dst" ] || { printf \'%s: %s != %s\\n\' '
-                f"{shlex.quote(f'weights on {target.name} differ after copy')}"
-                ' "$dst" "$src" >&2; exit 1; }'
-            ),
-            "  echo transferred=1",
-            "else",
-            "  echo transferred=0",
-            "fi",
-            'echo manifest="$dst"',
+            "set -euo pipefail",
+            VERIFY_FN,
+            f"p={part}",
+            '[ "$(stat -c %s "$p")" = "$2" ] || { echo "$1: short copy" >&2; exit 1; }',
+            'if [ -n "$(verify_blob "$p")" ]; then rm -f "$p"; exit 3; fi',
+            f'mv -f "$p" {blobs}/"$1"',
         ]
     )
+    unpack = f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -"
+    no_room = f"not enough disk on {target.name} for {m.id}: {hub}"
+    room_fix = "fix: free space there (or set model.hf_cache to a bigger disk)"
+    head_bad = (
+        f"a blob of {m.id} on {cfg.head} does not match its name (its checksum): the head's "
+        "copy is corrupt; fix: delete it there and re-run `up` (the download fetches it again):"
+    )
+    link_bad = (
+        f"a blob of {m.id} arrived corrupt on {target.name} (the head's copy is good); fix: "
+        "re-run `up` (only that blob is sent again) and check the cluster link:"
+    )
+    not_blob = _say(f"not a blob name in {repo}/blobs:", B)
+    short_of_room = (
+        f"printf '%s needs %s, has %s; %s\\n' {shlex.quote(no_room)} "
+        f'"$(human "$need")" "$(human "$have")" {shlex.quote(room_fix)} >&2'
+    )
+    clear = _remote(f'rm -f {blobs}/"$1" {part}', B)
+    append = _remote(f"cat >> {part}", B)
+    check = _remote(finish, B, '"$s"')
+    say_head_bad = _say(head_bad, '"$repo/blobs/$b"')
+    say_link_bad = _say(link_bad, B)
+    differ = _say(f"weights on {target.name} differ after copy:", '"$dst"', "!=", '"$src"')
+    return [
+        MANIFEST_FN,
+        VERIFY_FN,
+        HUMAN_FN,
+        _snapshot_shell(cfg),
+        'src=$(manifest "$snap")',
+        f'[ -n "$src" ] || {fail(f"model {m.id} missing on {cfg.head}")}',
+        f"dst=$({_remote(remote_manifest)} || true)",
+        "sent=0",
+        'if [ "$src" != "$dst" ]; then',
+        f"  echo {shlex.quote(f'copying {m.id} {cfg.head} -> {target.name} (what it lacks)')} >&2",
+        # What the target holds: finished blobs and the parts of interrupted copies.
+        "  declare -A has=()",
+        f'  while read -r f s; do [ -n "$f" ] && has[$f]=$s; done < <({_remote(listing)})',
+        # The plan: each blob the target lacks, from the offset its part reached.
+        "  plan=(); need=0",
+        "  while read -r b s; do",
+        f"    [[ $b =~ ^[0-9a-f]+$ ]] || {{ {not_blob}; exit 1; }}",
+        '    [ "${has[$b]:-}" = "$s" ] && continue',
+        f'    off=${{has[$b{PART}]:-0}}; [ "$off" -le "$s" ] || off=0',
+        '    plan+=("$b $s $off"); need=$((need + s - off))',
+        f"  done < <(find \"$repo/blobs\" {_FINISHED} -printf '%f %s\\n')",
+        f"  have=$({_remote(f'{AVAIL_FN}; avail {blobs}')})",
+        '  if [ "$need" -gt "$have" ]; then',
+        f"    {short_of_room}",
+        "    exit 1",
+        "  fi",
+        f"  {_remote(f'mkdir -p {blobs}')}",
+        '  for item in "${plan[@]}"; do',
+        '    read -r b s off <<< "$item"',
+        '    if [ "$off" -gt 0 ]; then echo "resuming blob $b at byte $off of $s" >&2',
+        f"    else {clear}; fi",
+        f'    tail -c +$((off + 1)) "$repo/blobs/$b" | {append}',
+        "    sent=$((sent + s - off))",
+        f"    rc=0; {check} || rc=$?",
+        '    if [ "$rc" -eq 3 ]; then',
+        '      if [ -n "$(verify_blob "$repo/blobs/$b")" ]; then',
+        f"        {say_head_bad}",
+        f"      else {say_link_bad}; fi",
+        "      exit 1",
+        '    elif [ "$rc" -ne 0 ]; then exit "$rc"; fi',
+        "  done",
+        # Then the layout (the snapshot's symlinks and the refs): a few KB.
+        f'  layout=({name}/snapshots/"$rev"); [ -d "$repo/refs" ] && layout+=({name}/refs)',
+        f'  tar -C {shlex.quote(hub)} -cf - "${{layout[@]}}" | remote {shlex.quote(unpack)}',
+        f"  dst=$({_remote(remote_manifest)})",
+        f'  [ "$src" = "$dst" ] || {{ {differ}; exit 1; }}',
+        "  echo transferred=1",
+        "else",
+        "  echo transferred=0",
+        "fi",
+        'echo sent="$sent"',
+        'echo manifest="$dst"',
+    ]
+
+
+def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
+    """Make `target`'s copy of the model equal the head's over the cluster link, moving
+    only what it lacks; a no-op when the manifests of resolved files already match.
+
+    Blob by blob: a blob the target holds whole is not sent; one cut off by an interrupted
+    copy (`<blob>.sparkvllm-part`) is resumed where it stopped; each is checked by content
+    on the target (its name is its sha256 or git sha1) before it takes its name, so a named
+    blob on a node is a verified one. The target's free space is checked first (node,
+    need, have). The snapshot's symlink layout and refs follow, and the manifests must then
+    agree. Runs on the head with the SSH key on stdin.
+    """
     return CommandSpec(
         name=f"model-sync-{target.name}",
         node=cfg.head,
-        create=create,
+        create="\n".join([*ssh_to_node_prelude(cfg, target, host_key), *weights_copy(cfg, target)]),
         stdin_secret="ssh_private_key",
         timeout_s=6 * 3600,
         read=weights_read(cfg),

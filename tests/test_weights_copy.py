@@ -1,0 +1,181 @@
+"""The weights copy (specs/weights.py weights_copy) run for real under bash between two
+"nodes" on this machine: each is a mount namespace in which the model's HF cache path is
+bound to a folder of its own, and `remote` enters the target's. No ssh, no network.
+
+What it must do: move only the blobs the target lacks, resume a blob cut off mid-copy
+from where it stopped, check every blob by content (sha256 for LFS files, git sha1 for the
+others) before it takes its name, refuse to start without the disk space (node, need,
+have), and send nothing when the copies already agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.specs import weights
+from sparkvllm.specs.output import key_values
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="needs root and unshare (util-linux) for the two mount namespaces",
+)
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+SHARD = os.urandom(3 * 1024 * 1024 + 17)  # an LFS file: its blob is named by sha256
+CONFIG = b'{"architectures": ["Qwen3_5MoeForConditionalGeneration"]}'  # a git-sha1 blob
+
+
+def git_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def write_model(cache: Path, cfg: StackConfig) -> dict[str, Path]:
+    """The HF cache layout of `cfg.model` under `cache`: named blobs, snapshot links, refs.
+    Returns each file's blob path."""
+    repo = cache / "hub" / f"models--{cfg.model.id.replace('/', '--')}"
+    (repo / "blobs").mkdir(parents=True)
+    snap = repo / "snapshots" / REVISION
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(REVISION)
+    out = {}
+    for file, data, name in [
+        ("model.safetensors", SHARD, hashlib.sha256(SHARD).hexdigest()),
+        ("config.json", CONFIG, git_sha1(CONFIG)),
+    ]:
+        (repo / "blobs" / name).write_bytes(data)
+        (snap / file).symlink_to(f"../../blobs/{name}")
+        out[file] = repo / "blobs" / name
+    return out
+
+
+class TwoNodes:
+    """`head` and `target` folders, each seen at the model's hf_cache path in its own
+    mount namespace."""
+
+    def __init__(self, tmp_path: Path, raw: dict[str, Any]) -> None:
+        self.cache = tmp_path / "hf"  # the path both "nodes" use
+        self.head, self.target = tmp_path / "head", tmp_path / "target"
+        for d in (self.cache, self.head, self.target):
+            d.mkdir()
+        raw = {**raw, "model": {**raw["model"], "hf_cache": str(self.cache)}}
+        self.cfg = load_stack_config(raw)
+        self.blobs = write_model(self.head, self.cfg)
+        self.enter = tmp_path / "enter"
+        # enter DIR CMD: run CMD (a shell string) with DIR bound at the cache path.
+        self.enter.write_text(
+            '#!/bin/bash\nmount --bind "$1" ' + str(self.cache) + ' && exec bash -c "$2"\n'
+        )
+        self.enter.chmod(0o755)
+
+    def target_blob(self, file: str) -> Path:
+        return self.target / self.blobs[file].relative_to(self.head)
+
+    def copy(self, target_mount: str | None = None) -> subprocess.CompletedProcess[str]:
+        """weights_copy on the head; `remote` enters the target. `target_mount` replaces
+        the target folder's bind (e.g. a small tmpfs)."""
+        into = target_mount or f"{self.enter} {self.target}"
+        script = "\n".join(
+            [
+                "set -euo pipefail",
+                f'remote() {{ unshare -m {into} "$*"; }}',
+                *weights.weights_copy(self.cfg, self.cfg.nodes[1]),
+            ]
+        )
+        return subprocess.run(
+            ["unshare", "-m", str(self.enter), str(self.head), script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, spark_raw: dict[str, Any]) -> TwoNodes:
+    return TwoNodes(tmp_path, spark_raw)
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    assert result.returncode == 0, result.stderr
+    return key_values(result.stdout)
+
+
+def test_a_first_copy_moves_every_blob_and_the_target_reads_the_same(nodes: TwoNodes) -> None:
+    out = ok(nodes.copy())
+    assert out["transferred"] == "1"
+    assert int(out["sent"]) == len(SHARD) + len(CONFIG)
+    assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
+    snap = nodes.target / "hub" / nodes.blobs["config.json"].parent.parent.name / "snapshots"
+    assert (snap / REVISION / "config.json").read_bytes() == CONFIG  # the links came too
+    again = ok(nodes.copy())
+    assert again["transferred"] == "0" and again["sent"] == "0"
+    assert again["manifest"] == out["manifest"]
+
+
+def test_an_interrupted_copy_resumes_where_it_stopped(nodes: TwoNodes) -> None:
+    ok(nodes.copy())
+    blob = nodes.target_blob("model.safetensors")
+    cut = 1024 * 1024 + 5
+    blob.unlink()
+    Path(f"{blob}{weights.PART}").write_bytes(SHARD[:cut])  # a copy cut off mid-blob
+
+    out = ok(nodes.copy())
+
+    assert int(out["sent"]) == len(SHARD) - cut  # only the remainder
+    assert blob.read_bytes() == SHARD and not Path(f"{blob}{weights.PART}").exists()
+
+
+def test_a_blob_whose_bytes_do_not_match_its_name_is_never_named(nodes: TwoNodes) -> None:
+    """A part whose first bytes are wrong: the resumed copy fails its checksum on the
+    target, is dropped, and the error says the link (the head's copy is good)."""
+    ok(nodes.copy())
+    blob = nodes.target_blob("model.safetensors")
+    blob.unlink()
+    Path(f"{blob}{weights.PART}").write_bytes(b"\0" * 4096)
+
+    failed = nodes.copy()
+
+    assert failed.returncode == 1
+    assert "arrived corrupt on spark-2 (the head's copy is good)" in failed.stderr
+    assert blob.name in failed.stderr
+    assert not blob.exists() and not Path(f"{blob}{weights.PART}").exists()
+    assert int(ok(nodes.copy())["sent"]) == len(SHARD)  # the next run sends it whole
+
+
+def test_a_corrupt_blob_on_the_head_is_named_as_the_heads(nodes: TwoNodes) -> None:
+    head_blob = nodes.blobs["config.json"]
+    head_blob.write_bytes(CONFIG.replace(b"Qwen", b"Qwem"))  # same size, other content
+
+    failed = nodes.copy()
+
+    assert failed.returncode == 1
+    assert "on spark-1 does not match its name (its checksum): the head's copy is corrupt" in (
+        failed.stderr
+    )
+    assert str(nodes.cache / head_blob.relative_to(nodes.head)) in failed.stderr  # its path there
+    assert not nodes.target_blob("config.json").exists()
+
+
+def test_a_target_without_the_space_is_refused_before_a_byte_moves(nodes: TwoNodes) -> None:
+    small = f"{nodes.enter}-tmpfs"
+    Path(small).write_text(
+        "#!/bin/bash\nmount -t tmpfs -o size=1m tmpfs "
+        + str(nodes.cache)
+        + ' && exec bash -c "$1"\n'
+    )
+    os.chmod(small, 0o755)
+
+    failed = nodes.copy(target_mount=small)
+
+    assert failed.returncode == 1
+    line = failed.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"not enough disk on spark-2 for {nodes.cfg.model.id}: ")
+    assert "needs 3.1 MB, has 1.0 MB; fix: free space there" in line

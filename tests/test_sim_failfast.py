@@ -1,6 +1,7 @@
 """The fail-fast checks, provoked on the SIMULATED cluster: each broken input stops the
 program with its message before any container starts (or, for a node's weights, is
-repaired by the copy step), and nothing is left half-done.
+repaired by the copy step), and nothing is left half-done; and the distribution steps
+that repair a node move only what it lacks (a weights blob, an image layer).
 
 Each test breaks one thing on the real sim nodes, runs the program (or, where the program
 would simply converge the breakage away, the check's own commands) through the local
@@ -150,9 +151,12 @@ def test_a_missing_weight_file_on_a_worker_is_found_and_copied_again(sim: Sim) -
     sim.on(WORKER, f"rm {blob}")
     assert sim.on(WORKER, f"bash -c {shlex.quote(manifest)}").strip() != head_manifest
 
+    size = int(sim.on(HEAD, f"stat -L -c %s {SNAPSHOTS}/*/model.safetensors"))
+
     out = key_values(sim.run_spec(sync))
 
     assert out["transferred"] == "1"
+    assert out["sent"] == str(size)  # that blob only: config.json and the rest stayed
     assert out["manifest"] == head_manifest
     assert sim.on(WORKER, f"test -f {blob} && bash -c {shlex.quote(manifest)}").strip() == (
         head_manifest
@@ -192,3 +196,44 @@ def test_a_node_with_another_image_under_the_same_tag_is_named(
         match=r"versions differ across nodes: ray: spark-1=2\.60\.0, spark-2=2\.54\.0",
     ):
         versions.agreed_versions(sim.cfg, outs)
+
+
+LAYER_BYTES = 30_000_000
+
+
+@pytest.fixture
+def image_update_on_the_head(sim: Sim) -> Iterator[int]:
+    """The head's image under the stack's tag gains one layer of LAYER_BYTES random bytes
+    (an update of the image); the worker holds the previous version. Yields the layer's
+    size; restores the previous image under the tag on both nodes after."""
+    worker = sim.cfg.nodes[1]
+    sim.run_spec(image_sync(sim.cfg, worker, sim.access.host_keys[WORKER]))
+    original = sim.on(HEAD, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip()
+    dockerfile = f"FROM {REF}\nRUN head -c {LAYER_BYTES} /dev/urandom > /update.bin\n"
+    sim.on(HEAD, f"docker build -q -t {REF} - >&2", stdin=dockerfile)
+    yield LAYER_BYTES
+    for node in (HEAD, WORKER):
+        sim.on(node, f"docker tag {original} {REF} && docker image prune -f >&2")
+        assert sim.on(node, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip() == (
+            original
+        )
+
+
+def test_an_image_update_sends_only_the_layer_the_worker_lacks(
+    sim: Sim, image_update_on_the_head: int
+) -> None:
+    """The worker holds every layer but the new one: the sync sends that layer (and the
+    image's small config files), not the 4 GB image, and the worker's copy is then the
+    head's (same fingerprint)."""
+    sent = "cat /sys/class/net/eth0/statistics/tx_bytes"
+    before = int(sim.on(HEAD, sent))
+    out = key_values(
+        sim.run_spec(image_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER]))
+    )
+    moved = int(sim.on(HEAD, sent)) - before
+    _log(f"image update: {moved} bytes sent for a layer of {image_update_on_the_head}")
+
+    assert out["transferred"] == "1"
+    prints = {n.name: sim.on(n.name, fingerprint_script(REF)).strip() for n in sim.cfg.nodes}
+    assert prints[HEAD] == prints[WORKER] == out["fingerprint"]
+    assert image_update_on_the_head < moved < 1.1 * image_update_on_the_head

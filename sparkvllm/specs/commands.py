@@ -204,8 +204,12 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     """Stream the image from the head to `target` over the cluster link, if it differs.
 
     Runs on the head; stdin is the SSH private key (written to a 0600 temp file that is
-    removed on exit). Skips the transfer when the fingerprints already match. Prints
-    `transferred=0|1`, `id=` (the target's image ID) and `fingerprint=` lines.
+    removed on exit). Skips the transfer when the fingerprints already match. When the
+    target holds some of the image's layers (an earlier version, the same base), only the
+    others are sent (probes/image_layers.py: `docker save` read once for its layer files,
+    then again without the held ones), and the whole image if that load does not give the
+    head's fingerprint. The target's free space is checked first. Nothing is staged on
+    disk. Prints `transferred=0|1`, `id=` (the target's image ID) and `fingerprint=`.
     """
     ref = cfg.image.local_ref
     head = cfg.head_node.name
@@ -213,6 +217,15 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     size_fmt = shlex.quote("{{.Size}}")
     old_size = f"docker image inspect -f {size_fmt} {shlex.quote(ref)} 2>/dev/null"
     root_fmt = shlex.quote("{{.DockerRootDir}}")
+    q_ref = shlex.quote(ref)
+    layers_fmt = shlex.quote("{{json .RootFS.Layers}}")
+    their_layers = (
+        f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {layers_fmt} $ids'
+    )
+    thin_failed = (
+        f"{ref}: loading only the missing layers on {target.name} did not give the head's "
+        "image; sending it whole"
+    )
     avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
     no_room = f"not enough disk on {target.name} for the image {ref}: docker's data root"
     room_fix = (
@@ -239,9 +252,34 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             "  need=$((size + (size > old ? size - old : 0)))",
             f"  have=$(remote bash -c {shlex.quote(shlex.quote(avail))})",
             f'  [ "$need" -le "$have" ] || {{ {short_of_room}; exit 1; }}',
-            f"  echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
-            f"  docker save {shlex.quote(ref)} | remote docker load >&2",
-            f"  dst=$(remote {shlex.quote(fp)})",
+            # What the target holds of the image already (an earlier version of it, an
+            # image built on the same base): then only the other layers go.
+            f"  filter={shlex.quote(script('image_layers'))}",
+            f"  mine=$(docker image inspect -f {layers_fmt} {q_ref})",
+            f"  theirs=$(remote {shlex.quote(their_layers)} || true)",
+            "  held=0",
+            '  if [ -n "$theirs" ] && command -v python3 >/dev/null; then',
+            '    held=$(python3 -c "$filter" held "$mine" <(printf \'%s\\n\' "$theirs") || echo 0)',
+            "  fi",
+            "  dst=",
+            '  if [ "$held" -gt 0 ]; then',
+            (
+                f'    echo {shlex.quote(f"{ref}: {target.name} holds")} "$held" '
+                f"{shlex.quote('of its layers; sending the others')} >&2"
+            ),
+            f'    paths=$(docker save {q_ref} | python3 -c "$filter" paths) || paths=',
+            (
+                f'    [ -z "$paths" ] || docker save {q_ref} | python3 -c "$filter" thin "$paths" '
+                '"$mine" <(printf \'%s\\n\' "$theirs") | remote docker load >&2 || true'
+            ),
+            f"    dst=$(remote {shlex.quote(fp)} || true)",
+            f'    [ "$src" = "$dst" ] || echo {shlex.quote(thin_failed)} >&2',
+            "  fi",
+            '  if [ "$src" != "$dst" ]; then',
+            f"    echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
+            f"    docker save {q_ref} | remote docker load >&2",
+            f"    dst=$(remote {shlex.quote(fp)})",
+            "  fi",
             (
                 '  [ "$src" = "$dst" ] || { printf \'%s: %s != %s\\n\' '
                 f"{shlex.quote(f'image {ref} on {target.name} differs after transfer')}"

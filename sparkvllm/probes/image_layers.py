@@ -1,0 +1,104 @@
+"""Send only the image layers a node lacks: a filter of `docker save`'s archive.
+
+Run on the head, on the host's python3, with the archive on stdin:
+
+    python3 -c SRC held LAYERS_JSON TARGET_FILE
+        prints how many of the image's layers the target holds
+    docker save REF | python3 -c SRC paths
+        prints the archive's layer files in order (manifest.json's "Layers"), as JSON
+    docker save REF | python3 -c SRC thin PATHS_JSON LAYERS_JSON TARGET_FILE > thin.tar
+        the archive without the layer files the target already holds
+
+LAYERS_JSON is the image's diff IDs in order (`docker image inspect` .RootFS.Layers);
+TARGET_FILE holds one such JSON list per line, for every image on the target (a file,
+e.g. bash's `<(...)`: an argument is capped at 128 KB). A layer is held there
+when some image on the target has the same layers up to and including it: Docker stores
+a layer by its chain (the layers below it), and `docker load` reads a layer's file only
+when it lacks that chain (moby image/tarexport/load.go: `lss.Get(ChainID)` first), so an
+archive without those files loads to the same image. The config, manifest and every
+other file are kept. A summary line goes to stderr; exit 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from typing import IO
+
+
+def held(layers: list[str], target: list[list[str]]) -> list[bool]:
+    """For each layer of `layers`: does the target hold its chain (the same prefix)?"""
+    prefixes = {tuple(t[: i + 1]) for t in target for i in range(len(t))}
+    return [tuple(layers[: i + 1]) in prefixes for i in range(len(layers))]
+
+
+def skipped_paths(paths: list[str], layers: list[str], target: list[list[str]]) -> set[str]:
+    """Layer files to leave out: held at every place they appear in the image."""
+    if len(paths) != len(layers):
+        raise ValueError(f"{len(paths)} layer files for {len(layers)} layers")
+    have = held(layers, target)
+    needed = {p for p, h in zip(paths, have, strict=True) if not h}
+    return {p for p, h in zip(paths, have, strict=True) if h and p not in needed}
+
+
+def layer_paths(archive: IO[bytes]) -> list[str]:
+    """The archive's layer files in order, from manifest.json (read to the end)."""
+    found: list[str] = []
+    with tarfile.open(fileobj=archive, mode="r|") as src:
+        for member in src:
+            if member.name == "manifest.json":
+                data = src.extractfile(member)
+                assert data is not None
+                found = json.loads(data.read())[0]["Layers"]
+    if not found:
+        raise ValueError("no manifest.json with layers in the archive")
+    return found
+
+
+def thin(archive: IO[bytes], out: IO[bytes], skip: set[str]) -> tuple[int, int]:
+    """Copy the archive without the files in `skip`; (bytes kept, bytes left out)."""
+    kept = left = 0
+    with (
+        tarfile.open(fileobj=archive, mode="r|") as src,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as dst,
+    ):
+        dst.copybufsize = 1 << 20
+        for member in src:
+            if member.name in skip:
+                left += member.size
+                continue
+            kept += member.size
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    return kept, left
+
+
+def _target(path: str) -> list[list[str]]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main(argv: list[str]) -> int:
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    if argv[:1] == ["paths"]:
+        print(json.dumps(layer_paths(stdin)))
+        return 0
+    if len(argv) == 3 and argv[0] == "held":
+        print(sum(held(json.loads(argv[1]), _target(argv[2]))))
+        return 0
+    if len(argv) == 4 and argv[0] == "thin":
+        paths, layers = json.loads(argv[1]), json.loads(argv[2])
+        skip = skipped_paths(paths, layers, _target(argv[3]))
+        kept, left = thin(stdin, stdout, skip)
+        print(
+            f"image layers: sending {len(paths) - len(skip)} of {len(paths)} "
+            f"({kept} bytes; {left} bytes the target holds are left out)",
+            file=sys.stderr,
+        )
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

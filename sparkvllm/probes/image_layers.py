@@ -26,6 +26,8 @@ import sys
 import tarfile
 from typing import IO
 
+BUF = 1 << 20  # read and write the stream in 1 MiB blocks (the default is 10 KiB)
+
 
 def held(layers: list[str], target: list[list[str]]) -> list[bool]:
     """For each layer of `layers`: does the target hold its chain (the same prefix)?"""
@@ -45,7 +47,7 @@ def skipped_paths(paths: list[str], layers: list[str], target: list[list[str]]) 
 def layer_paths(archive: IO[bytes]) -> list[str]:
     """The archive's layer files in order, from manifest.json (read to the end)."""
     found: list[str] = []
-    with tarfile.open(fileobj=archive, mode="r|") as src:
+    with tarfile.open(fileobj=archive, mode="r|", bufsize=BUF) as src:
         for member in src:
             if member.name == "manifest.json":
                 data = src.extractfile(member)
@@ -60,10 +62,9 @@ def thin(archive: IO[bytes], out: IO[bytes], skip: set[str]) -> tuple[int, int]:
     """Copy the archive without the files in `skip`; (bytes kept, bytes left out)."""
     kept = left = 0
     with (
-        tarfile.open(fileobj=archive, mode="r|") as src,
-        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as dst,
+        tarfile.open(fileobj=archive, mode="r|", bufsize=BUF) as src,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=BUF) as dst,
     ):
-        dst.copybufsize = 1 << 20
         for member in src:
             if member.name in skip:
                 left += member.size

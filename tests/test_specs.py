@@ -944,6 +944,8 @@ case "$*" in
   "image inspect --format "*) [ -z "${ON_TARGET:-}" ] && echo '["sha256:aa"]';;
   "image inspect -f {{.Size}} "*) [ -z "${ON_TARGET:-}" ] && echo "$SIZE";;
   "info -f {{.DockerRootDir}}") echo "$ROOT";;
+  "image inspect -f {{json .RootFS.Layers}} "*) echo '["sha256:aa"]';;
+  "image ls -q") ;;
   *) exit 1;;
 esac
 """

@@ -255,10 +255,10 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             # What the target holds of the image already (an earlier version of it, an
             # image built on the same base): then only the other layers go.
             f"  filter={shlex.quote(script('image_layers'))}",
-            f"  mine=$(docker image inspect -f {layers_fmt} {q_ref})",
+            f"  mine=$(docker image inspect -f {layers_fmt} {q_ref}) || mine=",
             f"  theirs=$(remote {shlex.quote(their_layers)} || true)",
             "  held=0",
-            '  if [ -n "$theirs" ] && command -v python3 >/dev/null; then',
+            '  if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
             '    held=$(python3 -c "$filter" held "$mine" <(printf \'%s\\n\' "$theirs") || echo 0)',
             "  fi",
             "  dst=",

@@ -61,7 +61,10 @@ class StandIn(BaseHTTPRequestHandler):
         if not self._authorized():
             return self._send(401, '{"error":"unauthorized"}')
         assert body["temperature"] == 0
-        reply = {"choices": [{"message": {"role": "assistant", "content": "ready"}}]}
+        reply = {
+            "choices": [{"message": {"role": "assistant", "content": "ready"}}],
+            "usage": {"completion_tokens": 1},
+        }
         return self._send(200, json.dumps(reply))
 
 
@@ -84,7 +87,11 @@ def test_ready_server(server: str) -> None:
         "vllm:num_requests_running": 1.0,
         "vllm:generation_tokens_total": 42.0,
     }
-    assert report["smoke"] == {"status": 200, "ok": True, "text": "ready"}
+    smoke = report["smoke"]
+    assert {k: smoke[k] for k in ("status", "ok", "text", "completion_tokens")} == {
+        "status": 200, "ok": True, "text": "ready", "completion_tokens": 1,
+    }  # fmt: skip
+    assert 0 < smoke["tokens_per_s"] < 1e6  # one token over the request's own time
 
 
 def test_engine_dead_is_not_ready(server: str) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -67,6 +68,7 @@ def probe(base_url: str, model: str, smoke_timeout: float = 300.0) -> dict:
     report["vllm_version"] = json.loads(body).get("version", "") if status == 200 else ""
     status, body = _request(base + "/metrics")
     report["metrics"] = parse_metrics(body) if status == 200 else {}
+    started = time.monotonic()
     status, body = _request(
         base + "/v1/chat/completions",
         {
@@ -77,12 +79,17 @@ def probe(base_url: str, model: str, smoke_timeout: float = 300.0) -> dict:
         },
         timeout=smoke_timeout,
     )
+    seconds = time.monotonic() - started
     smoke = {"status": status, "ok": False, "text": ""}
     if status == 200:
-        choice = json.loads(body)["choices"][0]
-        msg = choice.get("message", {})
+        answer = json.loads(body)
+        msg = answer["choices"][0].get("message", {})
         smoke["text"] = msg.get("content") or msg.get("reasoning_content") or ""
         smoke["ok"] = True
+        # Tokens per second of this one short request, prompt processing included.
+        tokens = int((answer.get("usage") or {}).get("completion_tokens") or 0)
+        smoke["completion_tokens"] = tokens
+        smoke["tokens_per_s"] = round(tokens / seconds, 2) if seconds > 0 else 0.0
     else:
         smoke["text"] = body[:200]
     report["smoke"] = smoke

@@ -332,14 +332,23 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
     part = f'{blobs}/"$1"{PART}'
     remote_manifest = f'{MANIFEST_FN}; {_snapshot_shell(cfg)}; manifest "$snap"'
     listing = f"cd {blobs} 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\\n' || true"
-    # On the target once a blob's bytes are there: its size, its content, then its name.
+    # On the target, as a blob's bytes arrive: appended to its part, and the sha256 of the
+    # whole part (the bytes already there, then the new ones) computed on the way, so the
+    # check costs no second read and runs alongside the transfer. Args: name, offset.
+    receive = (
+        f'p={part}; {{ head -c "$2" "$p" 2>/dev/null || true; tee -a "$p"; }} '
+        "| sha256sum | cut -c1-64"
+    )
+    # Then: its size, its content (that sha256 for an LFS name, else verify_blob), and
+    # only then its name. Args: name, size, the sha256 computed on arrival.
     finish = "\n".join(
         [
             "set -euo pipefail",
             VERIFY_FN,
             f"p={part}",
             '[ "$(stat -c %s "$p")" = "$2" ] || { echo "$1: short copy" >&2; exit 1; }',
-            'if [ -n "$(verify_blob "$p")" ]; then rm -f "$p"; exit 3; fi',
+            'if [[ $1 =~ ^[0-9a-f]{64}$ ]]; then [ "$3" = "$1" ] || { rm -f "$p"; exit 3; }',
+            'elif [ -n "$(verify_blob "$p")" ]; then rm -f "$p"; exit 3; fi',
             f'mv -f "$p" {blobs}/"$1"',
         ]
     )
@@ -360,8 +369,8 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         f'"$(human "$need")" "$(human "$have")" {shlex.quote(room_fix)} >&2'
     )
     clear = _remote(f'rm -f {blobs}/"$1" {part}', B)
-    append = _remote(f"cat >> {part}", B)
-    check = _remote(finish, B, '"$s"')
+    append = _remote(receive, B, '"$off"')
+    check = _remote(finish, B, '"$s"', '"$got"')
     say_head_bad = _say(head_bad, '"$repo/blobs/$b"')
     say_link_bad = _say(link_bad, B)
     differ = _say(f"weights on {target.name} differ after copy:", '"$dst"', "!=", '"$src"')
@@ -397,7 +406,7 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         '    read -r b s off <<< "$item"',
         '    if [ "$off" -gt 0 ]; then echo "resuming blob $b at byte $off of $s" >&2',
         f"    else {clear}; fi",
-        f'    tail -c +$((off + 1)) "$repo/blobs/$b" | {append}',
+        f'    got=$(tail -c +$((off + 1)) "$repo/blobs/$b" | {append})',
         "    sent=$((sent + s - off))",
         f"    rc=0; {check} || rc=$?",
         '    if [ "$rc" -eq 3 ]; then',
@@ -427,7 +436,8 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
 
     Blob by blob: a blob the target holds whole is not sent; one cut off by an interrupted
     copy (`<blob>.sparkvllm-part`) is resumed where it stopped; each is checked by content
-    on the target (its name is its sha256 or git sha1) before it takes its name, so a named
+    on the target (its name is its sha256, hashed as the bytes arrive, or its git sha1)
+    before it takes its name, so a named
     blob on a node is a verified one. The target's free space is checked first (node,
     need, have). The snapshot's symlink layout and refs follow, and the manifests must then
     agree. Runs on the head with the SSH key on stdin.

@@ -381,13 +381,20 @@ def cold(sim: Sim, figures: Figures) -> None:
             "s",
             f"sum of the {phase} steps' own times (steps in parallel overlap)",
         )
-    critical = sum(phases.get(p, 0.0) for p in ("image_sync", "server_ready", "ray_head"))
+    # The path nothing can shorten, in order: the image to the workers, Ray's head, Ray
+    # reporting every node (this includes the wait's 30 s settle: the answer must hold that
+    # long, as a dead raylet counts as alive until the GCS misses its heartbeats), the
+    # server's load to ready.
+    path = ("image_sync", "ray_head", "ray_ready", "server_ready")
+    critical = sum(phases.get(p, 0.0) for p in path)
     figures.add(
         "critical_path_s",
         critical,
         "s",
-        "image transfer + Ray head start + model load to ready: what the deploy cannot do without",
+        "image transfer + Ray head start + Ray reporting every node (with the wait's 30 s "
+        "settle) + model load to ready: the steps that follow each other",
     )
     figures.add(
-        "cold_overhead_ratio", t[0] / critical, "ratio", "cold_total_s / critical_path_s", "<= 1.2"
-    )
+        "cold_overhead_ratio", t[0] / critical, "ratio",
+        "cold_total_s / critical_path_s: what the program adds around that path", "<= 1.2",
+    )  # fmt: skip

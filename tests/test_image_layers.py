@@ -92,7 +92,7 @@ def test_the_script_reads_the_layer_files_then_thins_from_stdin(tmp_path: Path) 
     target.write_text(json.dumps(L[:2]) + "\n" + json.dumps(["sha256:" + "f" * 64]) + "\n")
     paths = run("paths", data=full).decode().strip()
     assert json.loads(paths) == LEGACY
-    assert run("held", json.dumps(L), str(target)).strip() == b"2"
+    assert run("held", json.dumps(L), str(target)).strip() == b"2 4"  # held, of all
     thin = run("thin", paths, json.dumps(L), str(target), data=full)
     names = names_in(thin)
     assert names == [*LEGACY[2:], "config.json", "manifest.json"]
@@ -101,3 +101,25 @@ def test_the_script_reads_the_layer_files_then_thins_from_stdin(tmp_path: Path) 
 def test_a_manifest_that_does_not_match_the_image_is_refused() -> None:
     with pytest.raises(ValueError, match="3 layer files for 4 layers"):
         image_layers.skipped_paths(LEGACY[:3], L, [L])
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [LEGACY, [f"blobs/sha256/{d[7:]}" for d in L]],
+    ids=["legacy", "oci"],
+)
+def test_with_every_layer_held_no_layer_file_goes(paths: list[str]) -> None:
+    """One read, the layer files known by their names (no manifest needed up front)."""
+    out = io.BytesIO()
+    _, left = image_layers.thin_all(io.BytesIO(archive(paths)), out, L)
+    assert names_in(out.getvalue()) == ["config.json", "manifest.json"]
+    assert left == 4000
+
+
+def test_a_layer_file_the_manifest_does_not_name_stops_the_archive() -> None:
+    """An OCI blob named like a layer but not a layer of this manifest: the filter stops
+    before the archive's end, so the load fails and the whole image is sent instead."""
+    paths = [f"blobs/sha256/{d[7:]}" for d in L]
+    data = archive([*paths[:3], "other/layer.bin"])  # the manifest names another 4th file
+    with pytest.raises(ValueError, match="the manifest names"):
+        image_layers.thin_all(io.BytesIO(data), io.BytesIO(), L)

@@ -3,7 +3,10 @@
 Run on the head, on the host's python3, with the archive on stdin:
 
     python3 -c SRC held LAYERS_JSON TARGET_FILE
-        prints how many of the image's layers the target holds
+        prints how many of the image's layers the target holds, and how many it has
+    docker save REF | python3 -c SRC thin-all LAYERS_JSON > thin.tar
+        the archive without any layer file (the target holds them all): one read, the
+        layer files known by their names, checked against manifest.json at the end
     docker save REF | python3 -c SRC paths
         prints the archive's layer files in order (manifest.json's "Layers"), as JSON
     docker save REF | python3 -c SRC thin PATHS_JSON LAYERS_JSON TARGET_FILE > thin.tar
@@ -21,7 +24,9 @@ other file are kept. A summary line goes to stderr; exit 2 on bad arguments.
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import sys
 import tarfile
 from typing import IO
@@ -74,6 +79,39 @@ def thin(archive: IO[bytes], out: IO[bytes], skip: set[str]) -> tuple[int, int]:
     return kept, left
 
 
+_LEGACY_LAYER = re.compile(r"[0-9a-f]{64}/layer\.tar")  # Docker < 25: <v1 id>/layer.tar
+
+
+def thin_all(archive: IO[bytes], out: IO[bytes], layers: list[str]) -> tuple[int, int]:
+    """Copy the archive without any layer file: a legacy `<v1 id>/layer.tar`, or an OCI
+    `blobs/sha256/<diff id>` of the image. manifest.json must then name exactly the files
+    left out; otherwise exit with an error before the archive is complete (so the load
+    fails and the whole image follows)."""
+    oci = {f"blobs/sha256/{d.split(':', 1)[1]}" for d in layers}
+    left_out: set[str] = set()
+    named: list[str] = []
+    kept = left = 0
+    with (
+        tarfile.open(fileobj=archive, mode="r|", bufsize=BUF) as src,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=BUF) as dst,
+    ):
+        for member in src:
+            if member.isfile() and (_LEGACY_LAYER.fullmatch(member.name) or member.name in oci):
+                left_out.add(member.name)
+                left += member.size
+                continue
+            data = src.extractfile(member) if member.isfile() else None
+            if member.name == "manifest.json" and data is not None:
+                raw = data.read()
+                named = json.loads(raw)[0]["Layers"]
+                data = io.BytesIO(raw)
+            kept += member.size
+            dst.addfile(member, data)
+        if left_out != set(named):
+            raise ValueError(f"left out {sorted(left_out)}, the manifest names {named}")
+    return kept, left
+
+
 def _target(path: str) -> list[list[str]]:
     with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -85,7 +123,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps(layer_paths(stdin)))
         return 0
     if len(argv) == 3 and argv[0] == "held":
-        print(sum(held(json.loads(argv[1]), _target(argv[2]))))
+        layers = json.loads(argv[1])
+        print(sum(held(layers, _target(argv[2]))), len(layers))
+        return 0
+    if len(argv) == 2 and argv[0] == "thin-all":
+        kept, left = thin_all(stdin, stdout, json.loads(argv[1]))
+        print(f"image layers: sending none ({kept} bytes; {left} left out)", file=sys.stderr)
         return 0
     if len(argv) == 4 and argv[0] == "thin":
         paths, layers = json.loads(argv[1]), json.loads(argv[2])

@@ -257,12 +257,23 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             f"  filter={shlex.quote(script('image_layers'))}",
             f"  mine=$(docker image inspect -f {layers_fmt} {q_ref}) || mine=",
             f"  theirs=$(remote {shlex.quote(their_layers)} || true)",
-            "  held=0",
+            "  held=0; total=0",
             '  if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
-            '    held=$(python3 -c "$filter" held "$mine" <(printf \'%s\\n\' "$theirs") || echo 0)',
+            (
+                '    read -r held total < <(python3 -c "$filter" held "$mine" '
+                "<(printf '%s\\n' \"$theirs\") || echo 0 0) || true"
+            ),
             "  fi",
             "  dst=",
-            '  if [ "$held" -gt 0 ]; then',
+            # Every layer held (an untagged or re-tagged copy): one read, no layer sent.
+            '  if [ "$held" -gt 0 ] && [ "$held" -eq "$total" ]; then',
+            (
+                f'    docker save {q_ref} | python3 -c "$filter" thin-all "$mine" '
+                "| remote docker load >&2 || true"
+            ),
+            f"    dst=$(remote {shlex.quote(fp)} || true)",
+            f'    [ "$src" = "$dst" ] || echo {shlex.quote(thin_failed)} >&2',
+            '  elif [ "$held" -gt 0 ]; then',
             (
                 f'    echo {shlex.quote(f"{ref}: {target.name} holds")} "$held" '
                 f"{shlex.quote('of its layers; sending the others')} >&2"

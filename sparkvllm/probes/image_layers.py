@@ -29,6 +29,7 @@ import json
 import re
 import sys
 import tarfile
+from collections.abc import Callable
 from typing import IO
 
 BUF = 1 << 20  # read and write the stream in 1 MiB blocks (the default is 10 KiB)
@@ -63,31 +64,13 @@ def layer_paths(archive: IO[bytes]) -> list[str]:
     return found
 
 
-def thin(archive: IO[bytes], out: IO[bytes], skip: set[str]) -> tuple[int, int]:
-    """Copy the archive without the files in `skip`; (bytes kept, bytes left out)."""
-    kept = left = 0
-    with (
-        tarfile.open(fileobj=archive, mode="r|", bufsize=BUF) as src,
-        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=BUF) as dst,
-    ):
-        for member in src:
-            if member.name in skip:
-                left += member.size
-                continue
-            kept += member.size
-            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-    return kept, left
-
-
-_LEGACY_LAYER = re.compile(r"[0-9a-f]{64}/layer\.tar")  # Docker < 25: <v1 id>/layer.tar
-
-
-def thin_all(archive: IO[bytes], out: IO[bytes], layers: list[str]) -> tuple[int, int]:
-    """Copy the archive without any layer file: a legacy `<v1 id>/layer.tar`, or an OCI
-    `blobs/sha256/<diff id>` of the image. manifest.json must then name exactly the files
-    left out; otherwise exit with an error before the archive is complete (so the load
-    fails and the whole image follows)."""
-    oci = {f"blobs/sha256/{d.split(':', 1)[1]}" for d in layers}
+def _copy(
+    archive: IO[bytes], out: IO[bytes], leave_out: Callable[[tarfile.TarInfo], bool], every: bool
+) -> tuple[int, int]:
+    """Copy the archive without the files `leave_out` picks; (bytes kept, bytes left out).
+    What is left out must be layer files manifest.json names (all of them with `every`);
+    otherwise stop with an error before the archive is complete, so that its load fails
+    and the whole image follows."""
     left_out: set[str] = set()
     named: list[str] = []
     kept = left = 0
@@ -96,7 +79,7 @@ def thin_all(archive: IO[bytes], out: IO[bytes], layers: list[str]) -> tuple[int
         tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=BUF) as dst,
     ):
         for member in src:
-            if member.isfile() and (_LEGACY_LAYER.fullmatch(member.name) or member.name in oci):
+            if member.isfile() and leave_out(member):
                 left_out.add(member.name)
                 left += member.size
                 continue
@@ -107,9 +90,30 @@ def thin_all(archive: IO[bytes], out: IO[bytes], layers: list[str]) -> tuple[int
                 data = io.BytesIO(raw)
             kept += member.size
             dst.addfile(member, data)
-        if left_out != set(named):
+        if not left_out <= set(named) or (every and left_out != set(named)):
             raise ValueError(f"left out {sorted(left_out)}, the manifest names {named}")
     return kept, left
+
+
+def thin(archive: IO[bytes], out: IO[bytes], skip: set[str]) -> tuple[int, int]:
+    """Copy the archive without the files in `skip` (see _copy)."""
+    return _copy(archive, out, lambda m: m.name in skip, every=False)
+
+
+_LEGACY_LAYER = re.compile(r"[0-9a-f]{64}/layer\.tar")  # Docker < 25: <v1 id>/layer.tar
+
+
+def thin_all(archive: IO[bytes], out: IO[bytes], layers: list[str]) -> tuple[int, int]:
+    """Copy the archive without any layer file, known by its name before manifest.json
+    comes: a legacy `<v1 id>/layer.tar`, or an OCI `blobs/sha256/<diff id>` of the image
+    (see _copy)."""
+    oci = {f"blobs/sha256/{d.split(':', 1)[1]}" for d in layers}
+    return _copy(
+        archive,
+        out,
+        lambda m: bool(_LEGACY_LAYER.fullmatch(m.name)) or m.name in oci,
+        every=True,
+    )
 
 
 def _target(path: str) -> list[list[str]]:

@@ -72,11 +72,17 @@ def fingerprint_script(ref: str) -> str:
     )
 
 
-def fail(message: str) -> str:
-    """Bash that prints `message` on stderr (one literal word, whatever it holds) and exits
-    1: the one way a command here reports a problem, so no value is ever pasted into a
-    quoted string by hand."""
-    return f"{{ printf '%s\\n' {shlex.quote(message)} >&2; exit 1; }}"
+def say(message: str, *words: str) -> str:
+    """Bash that prints `message` (one literal word, whatever it holds), then the bash
+    `words` (e.g. '"$b"', expanded at run time), on one stderr line: the one way a command
+    here reports a problem, so no value is ever pasted into a quoted string by hand."""
+    fmt = " ".join(["%s"] * (1 + len(words)))
+    return " ".join([f"printf '{fmt}\\n'", shlex.quote(message), *words, ">&2"])
+
+
+def fail(message: str, *words: str) -> str:
+    """Bash: `say`, then exit 1."""
+    return f"{{ {say(message, *words)}; exit 1; }}"
 
 
 # A byte count as people read it: `human 3145745` prints 3.1 MB.
@@ -90,6 +96,16 @@ AVAIL_FN = (
     'avail() { local d=$1; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
     "df -B1 --output=avail \"$d\" | tail -n 1 | tr -d ' '; }"
 )
+
+
+def room_check(where: str, fix: str) -> str:
+    """Bash (HUMAN_FN defined) that stops unless $need bytes fit in the $have free:
+    `<where> needs 3.1 MB, has 1.0 MB; <fix>`."""
+    return (
+        f'[ "$need" -le "$have" ] || {{ printf \'%s needs %s, has %s; %s\\n\' '
+        f'{shlex.quote(where)} "$(human "$need")" "$(human "$have")" {shlex.quote(fix)} >&2; '
+        "exit 1; }"
+    )
 
 
 def _id_script(ref: str) -> str:
@@ -214,10 +230,10 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     ref = cfg.image.local_ref
     head = cfg.head_node.name
     fp = fingerprint_script(ref)
-    size_fmt = shlex.quote("{{.Size}}")
-    old_size = f"docker image inspect -f {size_fmt} {shlex.quote(ref)} 2>/dev/null"
-    root_fmt = shlex.quote("{{.DockerRootDir}}")
     q_ref = shlex.quote(ref)
+    size_fmt = shlex.quote("{{.Size}}")
+    old_size = f"docker image inspect -f {size_fmt} {q_ref} 2>/dev/null"
+    root_fmt = shlex.quote("{{.DockerRootDir}}")
     layers_fmt = shlex.quote("{{json .RootFS.Layers}}")
     their_layers = (
         f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {layers_fmt} $ids'
@@ -227,13 +243,13 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
         "image; sending it whole"
     )
     avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
+    holds = say(
+        f"{ref}: {target.name} holds", '"$held"', shlex.quote("of its layers; sending the others")
+    )
+    differ = fail(f"image {ref} on {target.name} differs after transfer:", '"$dst"', "!=", '"$src"')
     no_room = f"not enough disk on {target.name} for the image {ref}: docker's data root"
     room_fix = (
         "fix: free space there (docker image prune; or move docker's data-root to a bigger disk)"
-    )
-    short_of_room = (
-        f"printf '%s needs %s, has %s; %s\\n' {shlex.quote(no_room)} "
-        f'"$(human "$need")" "$(human "$have")" {shlex.quote(room_fix)} >&2'
     )
     create = "\n".join(
         [
@@ -247,11 +263,11 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             'if [ "$src" != "$dst" ]; then',
             # docker load unpacks the whole archive (in docker's data root) before it
             # stores the layers the node lacks: the image's size, plus what it adds.
-            f"  size=$(docker image inspect -f {size_fmt} {shlex.quote(ref)})",
+            f"  size=$(docker image inspect -f {size_fmt} {q_ref})",
             f"  old=$(remote {shlex.quote(old_size)} || true); old=${{old:-0}}",
             "  need=$((size + (size > old ? size - old : 0)))",
             f"  have=$(remote bash -c {shlex.quote(shlex.quote(avail))})",
-            f'  [ "$need" -le "$have" ] || {{ {short_of_room}; exit 1; }}',
+            f"  {room_check(no_room, room_fix)}",
             # What the target holds of the image already (an earlier version of it, an
             # image built on the same base): then only the other layers go.
             f"  filter={shlex.quote(script('image_layers'))}",
@@ -265,37 +281,30 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             ),
             "  fi",
             "  dst=",
+            '  if [ "$held" -gt 0 ]; then',
             # Every layer held (an untagged or re-tagged copy): one read, no layer sent.
-            '  if [ "$held" -gt 0 ] && [ "$held" -eq "$total" ]; then',
+            '    if [ "$held" -eq "$total" ]; then',
             (
-                f'    docker save {q_ref} | python3 -c "$filter" thin-all "$mine" '
+                f'      docker save {q_ref} | python3 -c "$filter" thin-all "$mine" '
                 "| remote docker load >&2 || true"
             ),
-            f"    dst=$(remote {shlex.quote(fp)} || true)",
-            f'    [ "$src" = "$dst" ] || echo {shlex.quote(thin_failed)} >&2',
-            '  elif [ "$held" -gt 0 ]; then',
+            "    else",
+            f"      {holds}",
+            f'      paths=$(docker save {q_ref} | python3 -c "$filter" paths) || paths=',
             (
-                f'    echo {shlex.quote(f"{ref}: {target.name} holds")} "$held" '
-                f"{shlex.quote('of its layers; sending the others')} >&2"
+                f'      [ -z "$paths" ] || docker save {q_ref} | python3 -c "$filter" thin '
+                '"$paths" "$mine" <(printf \'%s\\n\' "$theirs") | remote docker load >&2 || true'
             ),
-            f'    paths=$(docker save {q_ref} | python3 -c "$filter" paths) || paths=',
-            (
-                f'    [ -z "$paths" ] || docker save {q_ref} | python3 -c "$filter" thin "$paths" '
-                '"$mine" <(printf \'%s\\n\' "$theirs") | remote docker load >&2 || true'
-            ),
+            "    fi",
             f"    dst=$(remote {shlex.quote(fp)} || true)",
-            f'    [ "$src" = "$dst" ] || echo {shlex.quote(thin_failed)} >&2',
+            f'    [ "$src" = "$dst" ] || {say(thin_failed)}',
             "  fi",
             '  if [ "$src" != "$dst" ]; then',
             f"    echo {shlex.quote(f'streaming {ref} {head} -> {target.name}')} >&2",
             f"    docker save {q_ref} | remote docker load >&2",
             f"    dst=$(remote {shlex.quote(fp)})",
             "  fi",
-            (
-                '  [ "$src" = "$dst" ] || { printf \'%s: %s != %s\\n\' '
-                f"{shlex.quote(f'image {ref} on {target.name} differs after transfer')}"
-                ' "$dst" "$src" >&2; exit 1; }'
-            ),
+            f'  [ "$src" = "$dst" ] || {differ}',
             "  echo transferred=1",
             "else",
             "  echo transferred=0",

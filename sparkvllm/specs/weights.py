@@ -15,6 +15,8 @@ from sparkvllm.specs.commands import (
     HUMAN_FN,
     CommandSpec,
     fail,
+    room_check,
+    say,
     ssh_to_node_prelude,
 )
 from sparkvllm.specs.environment import HF_HOME
@@ -100,17 +102,6 @@ def _remote(script: str, *args: str) -> str:
     `args` (bash words on the head): quoted once for the head's shell, once for the
     target's login shell."""
     return " ".join(["remote bash -c", shlex.quote(shlex.quote(script)), "_", *args]).strip()
-
-
-def _say(message: str, *words: str) -> str:
-    """Bash: `message` (one literal word) and bash `words`, on one stderr line."""
-    fmt = " ".join(["%s"] * (1 + len(words)))
-    return f"printf '{fmt}\\n' {shlex.quote(message)} {' '.join(words)} >&2"
-
-
-def fail_words(message: str, *words: str) -> str:
-    """Bash: _say, then exit 1."""
-    return f"{{ {_say(message, *words)}; exit 1; }}"
 
 
 B = '"$b"'  # the blob's name, as a bash word
@@ -239,7 +230,7 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     # A blob whose content does not match its name: offline, an error naming it (kept for
     # the user to look at); else removed, so that it counts as missing and comes again.
     corrupt = (
-        fail_words(
+        fail(
             f"{where}: blobs do not match their names (checksums) and model.offline is true; "
             "fix: restore them (or set model.offline: false to download them again):",
             '"${bad[*]}"',
@@ -363,17 +354,13 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         f"a blob of {m.id} arrived corrupt on {target.name} (the head's copy is good); fix: "
         "re-run `up` (only that blob is sent again) and check the cluster link:"
     )
-    not_blob = _say(f"not a blob name in {repo}/blobs:", B)
-    short_of_room = (
-        f"printf '%s needs %s, has %s; %s\\n' {shlex.quote(no_room)} "
-        f'"$(human "$need")" "$(human "$have")" {shlex.quote(room_fix)} >&2'
-    )
+    not_blob = fail(f"not a blob name in {repo}/blobs:", B)
     clear = _remote(f'rm -f {blobs}/"$1" {part}', B)
     append = _remote(receive, B, '"$off"')
     check = _remote(finish, B, '"$s"', '"$got"')
-    say_head_bad = _say(head_bad, '"$repo/blobs/$b"')
-    say_link_bad = _say(link_bad, B)
-    differ = _say(f"weights on {target.name} differ after copy:", '"$dst"', "!=", '"$src"')
+    say_head_bad = say(head_bad, '"$repo/blobs/$b"')
+    say_link_bad = say(link_bad, B)
+    differ = fail(f"weights on {target.name} differ after copy:", '"$dst"', "!=", '"$src"')
     return [
         MANIFEST_FN,
         VERIFY_FN,
@@ -391,16 +378,13 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         # The plan: each blob the target lacks, from the offset its part reached.
         "  plan=(); need=0",
         "  while read -r b s; do",
-        f"    [[ $b =~ ^[0-9a-f]+$ ]] || {{ {not_blob}; exit 1; }}",
+        f"    [[ $b =~ ^[0-9a-f]+$ ]] || {not_blob}",
         '    [ "${has[$b]:-}" = "$s" ] && continue',
         f'    off=${{has[$b{PART}]:-0}}; [ "$off" -le "$s" ] || off=0',
         '    plan+=("$b $s $off"); need=$((need + s - off))',
         f"  done < <(find \"$repo/blobs\" {_FINISHED} -printf '%f %s\\n')",
         f"  have=$({_remote(f'{AVAIL_FN}; avail {blobs}')})",
-        '  if [ "$need" -gt "$have" ]; then',
-        f"    {short_of_room}",
-        "    exit 1",
-        "  fi",
+        f"  {room_check(no_room, room_fix)}",
         f"  {_remote(f'mkdir -p {blobs}')}",
         '  for item in "${plan[@]}"; do',
         '    read -r b s off <<< "$item"',
@@ -420,7 +404,7 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         f'  layout=({name}/snapshots/"$rev"); [ -d "$repo/refs" ] && layout+=({name}/refs)',
         f'  tar -C {shlex.quote(hub)} -cf - "${{layout[@]}}" | remote {shlex.quote(unpack)}',
         f"  dst=$({_remote(remote_manifest)})",
-        f'  [ "$src" = "$dst" ] || {{ {differ}; exit 1; }}',
+        f'  [ "$src" = "$dst" ] || {differ}',
         "  echo transferred=1",
         "else",
         "  echo transferred=0",

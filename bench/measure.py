@@ -153,29 +153,22 @@ def image(sim: Sim, figures: Figures) -> None:
 def image_update(sim: Sim, figures: Figures, spec: CommandSpec, layer_mb: int = 100) -> None:
     """The head's image gains one layer of random bytes (an update); the worker holds the
     previous version. Bytes and time of the sync, beside the whole stream's."""
-    ref = shlex.quote(sim.cfg.image.local_ref)
-    original = sim.on(sim.head, f"docker image inspect --format '{{{{.Id}}}}' {ref}").strip()
-    dockerfile = f"FROM {sim.cfg.image.local_ref}\nRUN head -c {layer_mb}M /dev/urandom > /u\n"
-    sim.on(sim.head, f"docker build -q -t {ref} - >&2", stdin=dockerfile)
-    try:
-        layer = layer_mb * 1024 * 1024
+    layer = layer_mb * 1024 * 1024
+    with stack.image_update(sim.cfg, sim.access, layer):
         before = sim.tx_bytes()
         with stopwatch() as t:
             out = sim.run_spec(spec)
         moved = sim.tx_bytes() - before
-        assert "transferred=1" in out, out
-        figures.add("update_bytes", moved, "bytes", f"bytes the nodes sent when image-sync "
-                    f"brought the worker an update adding one {layer_mb} MiB layer")  # fmt: skip
-        figures.add(
-            "update_bytes_vs_layer", moved / layer, "ratio",
-            "update_bytes / the new layer's size (the image's other layers stay: docker save "
-            "filtered to the layers the worker lacks)", "<= 1.1",
-        )  # fmt: skip
-        figures.add("update_s", t[0], "s", "that sync's time (the head reads `docker save` "
-                    "twice: once for its layer files, once to send)")  # fmt: skip
-    finally:
-        for node in (sim.head, sim.worker):
-            sim.on(node, f"docker tag {original} {ref} && docker image prune -f >/dev/null")
+    assert "transferred=1" in out, out
+    figures.add("update_bytes", moved, "bytes", f"bytes the nodes sent when image-sync "
+                f"brought the worker an update adding one {layer_mb} MiB layer")  # fmt: skip
+    figures.add(
+        "update_bytes_vs_layer", moved / layer, "ratio",
+        "update_bytes / the new layer's size (the image's other layers stay: docker save "
+        "filtered to the layers the worker lacks)", "<= 1.1",
+    )  # fmt: skip
+    figures.add("update_s", t[0], "s", "that sync's time (the head reads `docker save` "
+                "twice: once for its layer files, once to send)")  # fmt: skip
 
 
 def rerun_bytes(sim: Sim, spec: CommandSpec, figures: Figures, name: str, step: str) -> None:

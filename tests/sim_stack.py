@@ -6,7 +6,8 @@ commands on the simulated nodes over ssh."""
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,22 @@ def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:
     label = shlex.quote(f"{LABEL_PREFIX}.stack={STACK}")
     listing = f"docker ps -a --filter label={label} --format '{{{{.Names}}}}'"
     return sorted(run_on(cfg, access, name, listing, timeout=60).split())
+
+
+@contextmanager
+def image_update(cfg: StackConfig, access: SshAccess, layer_bytes: int) -> Iterator[None]:
+    """The head's image under the stack's tag gains one layer of `layer_bytes` random
+    bytes (an update of the image); the other nodes keep the previous version. After, the
+    previous image is under the tag on every node again (checked)."""
+    ref = shlex.quote(cfg.image.local_ref)
+    image_id = f"docker image inspect --format '{{{{.Id}}}}' {ref}"
+    original = run_on(cfg, access, cfg.head, image_id).strip()
+    dockerfile = f"FROM {cfg.image.local_ref}\nRUN head -c {layer_bytes} /dev/urandom > /u\n"
+    run_on(cfg, access, cfg.head, f"docker build -q -t {ref} - >&2", stdin=dockerfile)
+    try:
+        yield
+    finally:
+        for node in cfg.nodes:
+            restore = f"docker tag {original} {ref} && docker image prune -f >&2"
+            run_on(cfg, access, node.name, restore)
+            assert run_on(cfg, access, node.name, image_id).strip() == original

@@ -206,17 +206,9 @@ def image_update_on_the_head(sim: Sim) -> Iterator[int]:
     """The head's image under the stack's tag gains one layer of LAYER_BYTES random bytes
     (an update of the image); the worker holds the previous version. Yields the layer's
     size; restores the previous image under the tag on both nodes after."""
-    worker = sim.cfg.nodes[1]
-    sim.run_spec(image_sync(sim.cfg, worker, sim.access.host_keys[WORKER]))
-    original = sim.on(HEAD, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip()
-    dockerfile = f"FROM {REF}\nRUN head -c {LAYER_BYTES} /dev/urandom > /update.bin\n"
-    sim.on(HEAD, f"docker build -q -t {REF} - >&2", stdin=dockerfile)
-    yield LAYER_BYTES
-    for node in (HEAD, WORKER):
-        sim.on(node, f"docker tag {original} {REF} && docker image prune -f >&2")
-        assert sim.on(node, f"docker image inspect --format '{{{{.Id}}}}' {REF}").strip() == (
-            original
-        )
+    sim.run_spec(image_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER]))
+    with stack.image_update(sim.cfg, sim.access, LAYER_BYTES):
+        yield LAYER_BYTES
 
 
 def test_an_image_update_sends_only_the_layer_the_worker_lacks(

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, ip_address
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -40,6 +40,8 @@ from sparkvllm.host_keys import HOST_KEY_FIX, HostKeyError, parse_host_key
 from sparkvllm.vllm_flags import extra_args_problems
 
 PROJECT = "spark-vllm"
+# The project folder (Pulumi.yaml, the stack files, schema/): the default for tools.
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 # Unified memory (GB10): cudaMemGetInfo ignores reclaimable page cache, and an OOM can
 # wedge the host until a power cycle. Above this fraction vLLM's start-up fails with "Free

@@ -22,14 +22,13 @@ import yaml
 
 from sparkvllm.config import (
     PROJECT,
+    PROJECT_DIR,
     ConfigError,
     Issue,
     StackConfig,
     load_stack_config,
     parse_pulumi_config,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def from_runtime() -> StackConfig:
@@ -41,7 +40,7 @@ def from_runtime() -> StackConfig:
     return load_stack_config(parse_pulumi_config(values, secret))
 
 
-def from_cli(stack: str, project_dir: Path = ROOT) -> StackConfig:
+def from_cli(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:
     shown = subprocess.run(
         ["pulumi", "config", "--json", "--show-secrets", "--stack", stack],
         capture_output=True, text=True, check=True, cwd=project_dir,
@@ -53,7 +52,7 @@ def from_cli(stack: str, project_dir: Path = ROOT) -> StackConfig:
     return load_stack_config(parse_pulumi_config(values, secret))
 
 
-def stack_file_raw(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
+def stack_file_raw(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped (the raw input of
     load_stack_config, for tests and tools that change a value first)."""
     path = project_dir / f"Pulumi.{stack}.yaml"
@@ -73,11 +72,11 @@ def stack_file_raw(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
     return {k.removeprefix(prefix): v for k, v in data.items() if k.startswith(prefix)}
 
 
-def from_stack_file(stack: str, project_dir: Path = ROOT) -> StackConfig:
+def from_stack_file(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:
     return load_stack_config(stack_file_raw(stack, project_dir))
 
 
-def for_tools(stack: str, project_dir: Path = ROOT) -> StackConfig:
+def for_tools(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:
     if shutil.which("pulumi"):
         return from_cli(stack, project_dir)
     return from_stack_file(stack, project_dir)

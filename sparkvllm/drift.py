@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from sparkvllm import config_sources, outputs
-from sparkvllm.config import ConfigError, StackConfig
+from sparkvllm.config import PROJECT_DIR, ConfigError, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
 from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
-ROOT = Path(__file__).resolve().parent.parent
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -58,7 +57,7 @@ def read_live(
     return live
 
 
-def last_outputs(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
+def last_outputs(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     """The outputs of the stack's last `up`, or {} when there are none."""
     try:
         return outputs.stack_outputs(stack, project_dir)
@@ -80,8 +79,8 @@ def tool_inputs(stack: str) -> tuple[StackConfig, SshAccess] | None:
     """The stack's config and the workstation's way to its nodes, for a tool run outside
     the program; None after printing what is wrong with them."""
     try:
-        cfg = config_sources.for_tools(stack, ROOT)
-        return cfg, prepare_ssh_access(cfg, stack, ROOT)
+        cfg = config_sources.for_tools(stack, PROJECT_DIR)
+        return cfg, prepare_ssh_access(cfg, stack, PROJECT_DIR)
     except ConfigError as e:
         print(e, file=sys.stderr)
         return None

@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from sparkvllm.config import PROJECT_DIR
 
 
 class OutputsError(Exception):
     """The stack's outputs cannot be read; the message says why."""
 
 
-def stack_outputs(stack: str, project_dir: Path = ROOT) -> dict[str, Any]:
+def stack_outputs(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     if shutil.which("pulumi"):
         argv = ["pulumi", "stack", "output", "--json", "--stack", stack]
     else:

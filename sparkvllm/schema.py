@@ -10,18 +10,16 @@ import json
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
-from sparkvllm.config import PROJECT, SECRET_FIELDS, StackConfig, json_schema
+from sparkvllm.config import PROJECT, PROJECT_DIR, SECRET_FIELDS, StackConfig, json_schema
 
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_FILE = ROOT / "schema" / "stack-config.schema.json"
-README = ROOT / "README.md"
-PROJECT_FILE = ROOT / "Pulumi.yaml"
+SCHEMA_FILE = PROJECT_DIR / "schema" / "stack-config.schema.json"
+README = PROJECT_DIR / "README.md"
+PROJECT_FILE = PROJECT_DIR / "Pulumi.yaml"
 # The project file's own entries, kept as they are.
 PROJECT_OWN_CONFIG: dict[str, Any] = {"pulumi:tags": {"value": {"pulumi:template": ""}}}
 BEGIN, END = "<!-- config-reference:begin -->", "<!-- config-reference:end -->"

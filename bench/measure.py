@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 from bench.figures import Figures, stopwatch
 from sparkvllm.config import StackConfig
-from sparkvllm.remote import run_ssh
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import CommandSpec, image_sync, ssh_to_node_prelude
 from sparkvllm.specs.output import key_values
@@ -45,13 +44,8 @@ class Sim:
         return stack.run_on(self.cfg, self.access, node, command, stdin=stdin, timeout=timeout)
 
     def run_spec(self, spec: CommandSpec) -> str:
-        """A step's command on its node, as the program runs it (key or token on stdin)."""
-        stdin = self.access.private_key if spec.stdin_secret == "ssh_private_key" else spec.stdin
-        target = self.access.targets[spec.node]
-        result = run_ssh(target, spec.shell_command, stdin=stdin, timeout=spec.timeout_s)
-        if result.returncode != 0:
-            raise RuntimeError(f"{spec.name}: {result.stderr.strip()[-1500:]}")
-        return result.stdout
+        """A step's command on its node, as the program runs it (the key on stdin)."""
+        return stack.run_spec(self.cfg, self.access, spec)
 
     def tx_bytes(self) -> int:
         read = f"cat /sys/class/net/{NETDEV}/statistics/tx_bytes"

@@ -20,6 +20,7 @@ from sim.settings import REPO_ROOT, StatePaths
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.remote import run_ssh
+from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import LABEL_PREFIX
 from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
@@ -74,6 +75,13 @@ def run_on(
     if result.returncode != 0:
         raise RuntimeError(f"{name}: {command}: {result.stderr.strip()[-2000:]}")
     return result.stdout
+
+
+def run_spec(cfg: StackConfig, access: SshAccess, spec: CommandSpec) -> str:
+    """A step's command on its node as the program runs it (the SSH key on stdin for a
+    step that takes it, else the step's own stdin); stdout, or RuntimeError."""
+    stdin = access.private_key if spec.stdin_secret == "ssh_private_key" else spec.stdin
+    return run_on(cfg, access, spec.node, spec.shell_command, stdin=stdin, timeout=spec.timeout_s)
 
 
 def our_containers(cfg: StackConfig, access: SshAccess, name: str) -> list[str]:

@@ -52,8 +52,7 @@ class Sim:
 
     def run_spec(self, spec: CommandSpec) -> str:
         """A spec's command on its node, exactly as the program runs it."""
-        stdin = self.access.private_key if spec.stdin_secret else spec.stdin
-        return self.on(spec.node, spec.shell_command, stdin=stdin, timeout=spec.timeout_s)
+        return stack.run_spec(self.cfg, self.access, spec)
 
     def containers(self) -> dict[str, list[str]]:
         return {n.name: stack.our_containers(self.cfg, self.access, n.name) for n in self.cfg.nodes}

@@ -402,7 +402,7 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
         "  done",
         # Then the layout (the snapshot's symlinks and the refs): a few KB.
         f'  layout=({name}/snapshots/"$rev"); [ -d "$repo/refs" ] && layout+=({name}/refs)',
-        f'  tar -C {shlex.quote(hub)} -cf - "${{layout[@]}}" | remote {shlex.quote(unpack)}',
+        f'  tar -C {shlex.quote(hub)} -cf - "${{layout[@]}}" | {_remote(unpack)}',
         f"  dst=$({_remote(remote_manifest)})",
         f'  [ "$src" = "$dst" ] || {differ}',
         "  echo transferred=1",

@@ -34,7 +34,7 @@ class SyncedImage(pulumi.ComponentResource):
     implemented), `image_ids` (node -> image ID on that node), `fingerprint`
     (storage-independent identity, equal on every node), `versions` (the
     Python/Ray/vLLM/torch versions every node agrees on), `transferred` (node -> whether
-    the stream step moved the image there when it last ran). `model_checked` resolves
+    the relay or its stream step moved the image there when they last ran). `model_checked` resolves
     once the image is known to implement the model."""
 
     model_checked: pulumi.Output[pulumi.Resource]
@@ -67,6 +67,27 @@ class SyncedImage(pulumi.ComponentResource):
         # model.
         self.model_checked = gated(self.support, check)
 
+        # Several workers: the first transfer is relayed hop by hop (the image leaves the
+        # head once); each worker's stream step then finds it in place, or sends what that
+        # worker still lacks, and is what a refresh reads back.
+        relayed: pulumi.Output[list[str]] = pulumi.Output.from_input([])
+        before: list[pulumi.Resource] = [obtain]
+        if plan.relay is not None:
+            relay = NodeStep(
+                plan.relay,
+                reach=head.reach,
+                triggers=[plan.ref, obtain.generation],
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[
+                        obtain,
+                        self.model_checked,
+                        *(args.nodes[n].checked for n in plan.streams),
+                    ],
+                ),
+            )
+            relayed = relay.stdout.apply(lambda o: key_values(o).get("relayed", "").split(","))
+            before.append(relay)
         for node, spec in plan.streams.items():
             target = args.nodes[node]
             self.steps[node] = NodeStep(
@@ -75,7 +96,7 @@ class SyncedImage(pulumi.ComponentResource):
                 read_reach=target.reach,
                 triggers=[plan.ref, obtain.generation],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[obtain, target.checked, self.model_checked]
+                    parent=self, depends_on=[*before, target.checked, self.model_checked]
                 ),
             )
 
@@ -98,11 +119,7 @@ class SyncedImage(pulumi.ComponentResource):
             **{n: v.apply(lambda d: d.get("fingerprint", "")) for n, v in kv.items()}
         ).apply(lambda f: same_on_every_node(f, "image differs"))
         self.transferred = pulumi.Output.all(
-            **{
-                n: v.apply(lambda d: d.get("transferred") == "1")
-                for n, v in kv.items()
-                if n != plan.head
-            }
+            **{n: _moved_to(n, v, relayed) for n, v in kv.items() if n != plan.head}
         )
         self.image_ids = pulumi.Output.all(
             **{n: v.apply(lambda d: d.get("id", "")) for n, v in kv.items()}
@@ -125,3 +142,13 @@ class SyncedImage(pulumi.ComponentResource):
         """What a container on `node` waits for: the image there, and every check passed
         (an apply that raised blocks it)."""
         return [self.steps[node], self._checked]
+
+
+def _moved_to(
+    node: str, printed: pulumi.Output[dict[str, str]], relayed: pulumi.Output[list[str]]
+) -> pulumi.Output[bool]:
+    """Whether the image was moved to `node` when the steps last ran: by the relay, or by
+    the node's own stream step (what it printed)."""
+    return pulumi.Output.all(printed, relayed).apply(
+        lambda a: a[0].get("transferred") == "1" or node in a[1]
+    )

@@ -13,6 +13,7 @@ appear in a command line, so they never reach a log or an error message.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,7 +21,13 @@ from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import script
 from sparkvllm.specs import containers
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
-from sparkvllm.specs.ssh import ShellVar, SshTarget, known_hosts_line, node_options
+from sparkvllm.specs.ssh import (
+    ShellVar,
+    SshTarget,
+    known_hosts_line,
+    node_options,
+    relay_options,
+)
 
 
 @dataclass(frozen=True)
@@ -190,30 +197,46 @@ def _ssh_to(node: NodeConfig) -> str:
     return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
 
 
-def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> list[str]:
-    """Bash lines (run on the head, SSH key on stdin) that define `remote CMD...`: ssh to
-    `target` over the cluster link with the key in a 0600 temp file removed on exit and
-    the host key verified; then check the link answers."""
+def _kh_lines(targets: Sequence[tuple[NodeConfig, str | None]]) -> str:
+    """known_hosts text for the head's (and the relay hops') ssh to `targets` over the
+    cluster link: their pinned host keys."""
+    return "".join(
+        known_hosts_line(str(n.cluster_link.address), n.ssh.port, key) + "\n"
+        for n, key in targets
+        if key
+    )
+
+
+def ssh_to_nodes_prelude(
+    cfg: StackConfig, targets: Sequence[tuple[str, NodeConfig, str | None]]
+) -> list[str]:
+    """Bash lines (run on the head, SSH key on stdin) that define one function per target,
+    `<function> CMD...`: ssh to that node over the cluster link with the key in a 0600 temp
+    file removed on exit and its host key verified; then check each link answers."""
     head = cfg.head_node.name
-    kh_line = (
-        known_hosts_line(str(target.cluster_link.address), target.ssh.port, host_key)
-        if host_key
-        else ""
-    )
-    unreachable = (
-        f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
-        f"{target.ssh.port} over the cluster link; fix: let sshd listen on the cluster "
-        f"address and authorize the key for {target.ssh.user}"
-    )
-    return [
+    lines = [
         "set -euo pipefail",
         "umask 077",
         'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
         'cat > "$key"',
-        f"printf '%s\\n' {shlex.quote(kh_line)} > \"$kh\"",
-        f'remote() {{ {_ssh_to(target)} "$@"; }}',
-        f"remote true || {fail(unreachable)}",
+        f"printf '%s' {shlex.quote(_kh_lines([(n, k) for _, n, k in targets]))} > \"$kh\"",
     ]
+    for function, target, _key in targets:
+        unreachable = (
+            f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
+            f"{target.ssh.port} over the cluster link; fix: let sshd listen on the cluster "
+            f"address and authorize the key for {target.ssh.user}"
+        )
+        lines += [
+            f'{function}() {{ {_ssh_to(target)} "$@"; }}',
+            f"{function} true || {fail(unreachable)}",
+        ]
+    return lines
+
+
+def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> list[str]:
+    """`ssh_to_nodes_prelude` for one target, reached by `remote CMD...`."""
+    return ssh_to_nodes_prelude(cfg, [("remote", target, host_key)])
 
 
 def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
@@ -322,6 +345,141 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
         read=fingerprint_read(ref),
         read_node=target.name,
         state_key="fingerprint",
+    )
+
+
+def _relay_send(targets: Sequence[NodeConfig]) -> list[str]:
+    """Bash ($HOP and $kh set) defining `send I J K...`: stream stdin to target I (an index
+    into `targets`) over the cluster link as `bash -c "$HOP" hop J K...`, so that I loads
+    it and sends it on to J, which sends it on to K."""
+    cases = " ".join(f'{i}) {_relay_ssh(n)} "$c";;' for i, n in enumerate(targets))
+    return [
+        # POSIX single quotes: the next hop's login shell may not be bash.
+        "q() { printf \"'%s'\" \"$(printf '%s' \"$1\" | sed \"s/'/'\\\\\\\\''/g\")\"; }",
+        (
+            'send() { local i=$1 c; shift; c="bash -c $(q "$HOP") hop $*"; '
+            f"case $i in {cases} esac; }}"
+        ),
+    ]
+
+
+def _relay_ssh(node: NodeConfig) -> str:
+    """ssh from one relay hop to `node` (agent forwarded, $kh set)."""
+    options = relay_options(node, ShellVar("kh"))
+    return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
+
+
+def _relay_hop(targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None]) -> str:
+    """What a relay hop runs, as `bash -c HOP hop [J K...]`: load the stream arriving on
+    stdin while sending it on to J (then K...). HOP is this very text
+    (BASH_EXECUTION_STRING), so each hop passes it on unchanged."""
+    kh = _kh_lines([(n, host_keys.get(n.name)) for n in targets])
+    return "\n".join(
+        [
+            "set -uo pipefail",
+            "HOP=$BASH_EXECUTION_STRING",
+            "tmp=$(mktemp -d); trap 'rm -rf \"$tmp\"' EXIT",
+            f"printf '%s' {shlex.quote(kh)} > \"$tmp/kh\"; kh=$tmp/kh",
+            *_relay_send(targets),
+            "[ $# -gt 0 ] || exec docker load >&2",
+            # Load here while sending on. The fifo holds no data: the stream passes through
+            # memory. tee -p keeps loading here if the next hop fails (that node's own step
+            # then streams to it from the head).
+            'mkfifo "$tmp/load"; docker load < "$tmp/load" >&2 & loading=$!',
+            'tee -p "$tmp/load" | send "$@" >&2; rc=$?',
+            'wait "$loading" || rc=1',
+            "exit $rc",
+        ]
+    )
+
+
+def image_relay(
+    cfg: StackConfig, targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None]
+) -> CommandSpec:
+    """The first transfer of the image to several workers, leaving the head once: the
+    workers that lack it entirely form a chain, head -> w1 -> w2 -> ..., each loading the
+    stream while passing it on (`_relay_hop`), so every link carries the image once and
+    the whole takes about one transfer's time, not one per worker.
+
+    Runs on the head before the per-worker `image-sync-*` steps, which then find the image
+    in place (or send what a worker still lacks, and check every node's fingerprint). A
+    worker that holds some of the image's layers (an update) is left to its own step, which
+    sends only the others; so is one without room for it (its step says so), and so is
+    everything when fewer than two workers need the whole image. Best effort: a broken
+    chain fails nothing here. Hops authenticate through the head's forwarded ssh-agent
+    (the key is never written on a worker). Prints `relayed=` (the workers it gave the
+    image to, comma separated).
+    """
+    ref = cfg.image.local_ref
+    q_ref = shlex.quote(ref)
+    fp = fingerprint_script(ref)
+    size_fmt = shlex.quote("{{.Size}}")
+    layers_fmt = shlex.quote("{{json .RootFS.Layers}}")
+    root_fmt = shlex.quote("{{.DockerRootDir}}")
+    old_size = f"docker image inspect -f {size_fmt} {q_ref} 2>/dev/null"
+    their_layers = (
+        f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {layers_fmt} $ids'
+    )
+    avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
+    hop = _relay_hop(targets, host_keys)
+    lines = [
+        *ssh_to_nodes_prelude(
+            cfg, [(f"node{i}", n, host_keys.get(n.name)) for i, n in enumerate(targets)]
+        ),
+        f"src=$({fp} || true)",
+        f'[ -n "$src" ] || {fail(f"image {ref} is missing on {cfg.head_node.name}")}',
+        f"size=$(docker image inspect -f {size_fmt} {q_ref})",
+        f"mine=$(docker image inspect -f {layers_fmt} {q_ref}) || mine=",
+        f"filter={shlex.quote(script('image_layers'))}",
+        "chain=(); names=()",
+    ]
+    for i, n in enumerate(targets):
+        # Joins the chain: lacks the image, holds none of its layers, has room for it.
+        lines += [
+            f'if [ "$(node{i} {shlex.quote(fp)} || true)" != "$src" ]; then',
+            f"  theirs=$(node{i} {shlex.quote(their_layers)} || true); held=0",
+            '  if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
+            (
+                '    read -r held _ < <(python3 -c "$filter" held "$mine" '
+                "<(printf '%s\\n' \"$theirs\") || echo 0 0) || true"
+            ),
+            "  fi",
+            f"  old=$(node{i} {shlex.quote(old_size)} || true); old=${{old:-0}}",
+            f"  have=$(node{i} bash -c {shlex.quote(shlex.quote(avail))} || echo 0)",
+            "  need=$((size + (size > old ? size - old : 0)))",
+            (
+                '  [ "$held" -gt 0 ] || [ "$have" -lt "$need" ] || '
+                f"{{ chain+=({i}); names+=({n.name}); }}"
+            ),
+            "fi",
+        ]
+    streaming = say(
+        f"streaming {ref} {cfg.head_node.name} -> (relayed hop by hop)", '"${names[*]}"'
+    )
+    broken = say(f"{ref}: the relay did not complete; each worker's own step sends what it lacks")
+    lines += [
+        "relayed=",
+        'if [ "${#chain[@]}" -ge 2 ]; then',
+        '  eval "$(ssh-agent -s)" >/dev/null',
+        '  trap \'ssh-agent -k >/dev/null 2>&1; rm -f "$key" "$kh"\' EXIT',
+        '  ssh-add -q "$key" 2>/dev/null',
+        f"  HOP={shlex.quote(hop)}",
+        *(f"  {line}" for line in _relay_send(targets)),
+        f"  {streaming}",
+        f'  docker save {q_ref} | send "${{chain[@]}}" >&2 || {broken}',
+        '  for k in "${!chain[@]}"; do',
+        f"    got=$(node${{chain[$k]}} {shlex.quote(fp)} || true)",
+        '    [ "$got" != "$src" ] || relayed+="${relayed:+,}${names[$k]}"',
+        "  done",
+        "fi",
+        'echo relayed="$relayed"',
+    ]
+    return CommandSpec(
+        name="image-relay",
+        node=cfg.head_node.name,
+        create="\n".join(lines),
+        stdin_secret="ssh_private_key",
+        timeout_s=3600,
     )
 
 

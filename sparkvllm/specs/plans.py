@@ -78,6 +78,8 @@ class ImagePlan:
     support_triggers: tuple[str, ...]
     # stdout of the support probe -> its summary; raises ModelSupportError.
     support_verdict: Callable[[str], dict[str, Any]]
+    # The first transfer to two or more workers, relayed hop by hop (None: one worker).
+    relay: CommandSpec | None
     streams: Mapping[str, CommandSpec]  # worker -> the stream from the head
     versions: Mapping[str, CommandSpec]  # every node -> its versions probe
     # node -> versions probe stdout -> the versions all agree on; raises NodesDisagreeError.
@@ -177,6 +179,9 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
         support=model_support.model_support(cfg),
         support_triggers=(cfg.model.id, cfg.model.revision),
         support_verdict=partial(model_support.support_verdict, cfg),
+        relay=commands.image_relay(cfg, cfg.worker_nodes, host_keys)
+        if len(cfg.worker_nodes) >= 2
+        else None,
         streams={
             n.name: commands.image_sync(cfg, n, host_keys.get(n.name)) for n in cfg.worker_nodes
         },

@@ -58,6 +58,10 @@ class SshOptions:
     proxy_command: str | None = None
     extra: tuple[str, ...] = field(default=())
     as_given: bool = False
+    # Authenticate with the ssh-agent's keys and forward the agent to the host (the
+    # head-to-worker relay: each hop reaches the next with the head's key, never a copy of
+    # it on a worker's disk). Without an identity file then: IdentitiesOnly would hide them.
+    agent: bool = False
 
     def _words(self) -> list[tuple[PathRef, ...]]:
         """Each argv word as parts (literal text and ShellVars)."""
@@ -70,7 +74,10 @@ class SshOptions:
 
         if self.identity is not None:
             o("IdentityFile=", self.identity)
-        o("IdentitiesOnly=yes")
+        if self.agent:
+            o("ForwardAgent=yes")
+        else:
+            o("IdentitiesOnly=yes")
         o("BatchMode=yes")
         o(f"ConnectTimeout={self.connect_timeout_s}")
         if self.server_alive_s is not None:
@@ -243,6 +250,12 @@ def node_options(
         known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
         proxy_command=proxy,
     )
+
+
+def relay_options(node: NodeConfig, known_hosts_ref: PathRef) -> SshOptions:
+    """One hop of the head-to-workers relay, from whichever node holds the stream to
+    `node`: the head's key through the forwarded agent, `node`'s host key verified."""
+    return SshOptions(known_hosts=known_hosts_ref if node.ssh.verify_host_key else None, agent=True)
 
 
 def node_target(

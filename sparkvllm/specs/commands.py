@@ -457,12 +457,18 @@ def image_relay(
         f"streaming {ref} {cfg.head_node.name} -> (relayed hop by hop)", '"${names[*]}"'
     )
     broken = say(f"{ref}: the relay did not complete; each worker's own step sends what it lacks")
+    no_agent = say(
+        f"{ref}: ssh-agent on {cfg.head_node.name} did not take the key (it has a passphrase?); "
+        "each worker's own step streams the image from the head"
+    )
     lines += [
         "relayed=",
         'if [ "${#chain[@]}" -ge 2 ]; then',
         '  eval "$(ssh-agent -s)" >/dev/null',
         '  trap \'ssh-agent -k >/dev/null 2>&1; rm -f "$key" "$kh"\' EXIT',
-        '  ssh-add -q "$key" 2>/dev/null',
+        f'  ssh-add -q "$key" 2>/dev/null || {{ {no_agent}; chain=(); }}',
+        "fi",
+        'if [ "${#chain[@]}" -ge 2 ]; then',
         f"  HOP={shlex.quote(hop)}",
         *(f"  {line}" for line in _relay_send(targets)),
         f"  {streaming}",

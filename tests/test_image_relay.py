@@ -1,0 +1,193 @@
+"""The image relay's real script (sparkvllm/specs/commands.py image_relay) on four nodes
+made of folders: `ssh` is a stub that runs the remote command as sshd would, as the node
+it names (nothing leaves this machine), refusing a hop that has neither a key file nor a
+forwarded agent; `docker` is a stub that keeps each node's image as a file (`save` prints
+it, `load` stores what arrives, the fingerprint is the sha256 of its bytes). ssh-agent and
+ssh-add are the real ones."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.specs import commands
+from tests.conftest import TEST_PRIVATE_KEY, four_node_raw
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real (throwaway) private key: ssh-add takes nothing else."""
+    path = tmp_path_factory.mktemp("key") / "id"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path.read_text()
+
+
+# ssh: options up to `--`, then the host, then the command words, run as sshd runs them
+# (joined, under a shell) as that node. A hop with no -i authenticates with the agent:
+# refused unless one is forwarded (SSH_AUTH_SOCK set and answering) and ForwardAgent=yes
+# passes it on. Every call is logged as `from -> to options...`. NO_ROUTE=`from>to`: a
+# link that is down.
+_SSH = """#!/bin/bash
+opts=()
+while [ "$1" != -- ]; do opts+=("$1"); shift; done
+host=$2; shift 2
+printf '%s -> %s %s\\n' "$NODE" "$host" "${opts[*]}" >> "$STATE/ssh.log"
+[ "$NODE>$host" != "${NO_ROUTE:-}" ] || { echo "ssh: connect to $host: no route" >&2; exit 255; }
+case " ${opts[*]} " in
+  *" IdentityFile="*) ;;
+  *) ssh-add -l >/dev/null 2>&1 || { echo "ssh: $host: no key, no agent" >&2; exit 255; };;
+esac
+case " ${opts[*]} " in *" ForwardAgent=yes "*) ;; *) unset SSH_AUTH_SOCK;; esac
+NODE=$host exec bash -c "$*"
+"""
+
+# docker: the node's image is the file $STATE/<node>/image, its layers $STATE/<node>/layers.
+_DOCKER = """#!/bin/bash
+d=$STATE/$NODE
+case "$*" in
+  "save "*) echo "$NODE save" >> "$STATE/docker.log"; exec cat "$d/image";;
+  load) echo "$NODE load" >> "$STATE/docker.log"; mkdir -p "$d"; cat > "$d/image.part" &&
+        mv "$d/image.part" "$d/image" && cp "$STATE/head/layers" "$d/layers"; exit;;
+  "info -f {{.DockerRootDir}}") echo "$d";;
+  "image ls -q") [ ! -f "$d/layers" ] || echo sha256:someid;;
+  "image inspect -f {{json .RootFS.Layers}} "*) [ -f "$d/layers" ] && cat "$d/layers";;
+  "image inspect -f {{.Size}} "*) [ -f "$d/image" ] && stat -c %s "$d/image";;
+  "image inspect --format "*) [ -f "$d/image" ] && sha256sum < "$d/image";;
+  *) echo "docker stub: $*" >&2; exit 1;;
+esac
+"""
+
+IMAGE = os.urandom(3 * 1024 * 1024)  # 3 MiB: bigger than any pipe buffer on the way
+
+
+@pytest.fixture
+def cfg(spark_raw: dict[str, Any]) -> StackConfig:
+    return load_stack_config(four_node_raw(spark_raw))
+
+
+def addr(cfg: StackConfig, i: int) -> str:
+    return str(cfg.nodes[i].cluster_link.address)
+
+
+def relay(
+    cfg: StackConfig, tmp_path: Path, holding: dict[int, str], key: str = "", **env: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the relay from the head (node 0) to the three workers. `holding`: worker
+    index -> "same" (the head's image) or "older" (an image sharing one layer with it)."""
+    state = tmp_path / "state"
+    bin_ = tmp_path / "bin"
+    for d in (state / "head", bin_):
+        d.mkdir(parents=True)
+    (state / "head" / "image").write_bytes(IMAGE)
+    (state / "head" / "layers").write_text('["sha256:aa","sha256:bb"]')
+    for i, what in holding.items():
+        node = state / addr(cfg, i)
+        node.mkdir()
+        (node / "image").write_bytes(IMAGE if what == "same" else b"older")
+        (node / "layers").write_text(
+            '["sha256:aa","sha256:bb"]' if what == "same" else '["sha256:aa"]'
+        )
+    for name, text in (("ssh", _SSH), ("docker", _DOCKER)):
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    spec = commands.image_relay(cfg, cfg.worker_nodes, {n.name: n.ssh.host_key for n in cfg.nodes})
+    assert spec.node == cfg.head and spec.stdin_secret == "ssh_private_key"
+    environ = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    out = subprocess.run(
+        ["bash", "-c", spec.create],
+        input=key or TEST_PRIVATE_KEY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**environ, "PATH": f"{bin_}:{environ['PATH']}", "STATE": str(state), "NODE": "head",
+             **env},
+    )  # fmt: skip
+    return out, state
+
+
+def log(state: Path, name: str) -> list[str]:
+    path = state / name
+    return path.read_text().splitlines() if path.exists() else []
+
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("ssh-agent") is None, reason="ssh-agent (openssh-client) is not installed"
+)
+
+
+def test_three_workers_lacking_the_image_get_it_from_one_save_hop_by_hop(
+    cfg: StackConfig, tmp_path: Path, key: str
+) -> None:
+    out, state = relay(cfg, tmp_path, {}, key)
+    assert out.returncode == 0, out.stderr
+    assert "relayed=spark-2,spark-3,spark-4" in out.stdout.splitlines()
+    for i in (1, 2, 3):
+        assert (state / addr(cfg, i) / "image").read_bytes() == IMAGE
+    docker = log(state, "docker.log")
+    assert docker.count("head save") == 1  # the image left the head once
+    assert sorted(docker) == sorted(["head save", *(f"{addr(cfg, i)} load" for i in (1, 2, 3))])
+    # The stream went head -> w1 -> w2 -> w3, each hop on the agent (no key file on a
+    # worker) with the next node's host key checked.
+    hops = [line for line in log(state, "ssh.log") if "IdentityFile=" not in line]
+    assert [h.split(" ")[:3] for h in hops] == [
+        ["head", "->", addr(cfg, 1)],
+        [addr(cfg, 1), "->", addr(cfg, 2)],
+        [addr(cfg, 2), "->", addr(cfg, 3)],
+    ]
+    for h in hops:
+        assert "ForwardAgent=yes" in h and "StrictHostKeyChecking=yes" in h
+        assert "IdentitiesOnly" not in h
+    assert key.splitlines()[1] not in out.stdout + out.stderr
+    leftovers = [p for p in state.rglob("*") if p.name in ("kh", "load", "image.part")]
+    assert leftovers == []
+
+
+def test_a_worker_with_the_image_or_some_of_its_layers_is_left_to_its_own_step(
+    cfg: StackConfig, tmp_path: Path, key: str
+) -> None:
+    """spark-2 has it, spark-3 holds an older version (its own step sends only the new
+    layers): only spark-4 lacks it entirely, and one worker is no relay."""
+    out, state = relay(cfg, tmp_path, {1: "same", 2: "older"}, key)
+    assert out.returncode == 0, out.stderr
+    assert "relayed=" in out.stdout.splitlines()
+    assert log(state, "docker.log") == []
+    assert (state / addr(cfg, 2) / "image").read_bytes() == b"older"
+
+
+def test_two_of_three_lacking_it_form_the_chain(cfg: StackConfig, tmp_path: Path, key: str) -> None:
+    out, state = relay(cfg, tmp_path, {2: "same"}, key)
+    assert out.returncode == 0, out.stderr
+    assert "relayed=spark-2,spark-4" in out.stdout.splitlines()
+    assert (state / addr(cfg, 3) / "image").read_bytes() == IMAGE
+    assert log(state, "docker.log").count("head save") == 1
+
+
+def test_a_broken_hop_fails_nothing_and_says_who_got_it(
+    cfg: StackConfig, tmp_path: Path, key: str
+) -> None:
+    """spark-3 unreachable from spark-2: spark-2 still loads the whole stream; the relay
+    reports only spark-2 and leaves spark-3 and spark-4 to their own steps."""
+    out, state = relay(cfg, tmp_path, {}, key, NO_ROUTE=f"{addr(cfg, 1)}>{addr(cfg, 2)}")
+    assert out.returncode == 0, out.stderr
+    assert "relayed=spark-2" in out.stdout.splitlines()
+    assert (state / addr(cfg, 1) / "image").read_bytes() == IMAGE
+    assert not (state / addr(cfg, 3) / "image").exists()
+    assert "the relay did not complete; each worker's own step sends what it lacks" in out.stderr
+
+
+def test_a_key_the_agent_refuses_leaves_every_worker_to_its_own_step(
+    cfg: StackConfig, tmp_path: Path
+) -> None:
+    """A key ssh-add cannot load (a passphrase; here not a key at all): nothing is sent,
+    nothing fails, and the reason is said."""
+    out, state = relay(cfg, tmp_path, {})
+    assert out.returncode == 0, out.stderr
+    assert "relayed=" in out.stdout.splitlines()
+    assert log(state, "docker.log") == []
+    assert "did not take the key (it has a passphrase?)" in out.stderr

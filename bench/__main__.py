@@ -1,11 +1,13 @@
 """What the deployment costs, on the SIMULATED cluster, beside the raw alternatives.
 
-    .venv/bin/python -m bench [--quick] [--cold]
+    .venv/bin/python -m bench [--quick] [--cold] [--nodes N]
 
 Brings the simulation up and the `sim` stack to converged if needed, measures, prints one
 table and writes bench/results.json (figure -> value, unit, how, goal). --quick measures
 the no-op and drift figures and the served model only (a few minutes on a converged sim);
---cold also destroys the stack and times a deploy from nothing. Read bench/README.md.
+--cold also destroys the stack and times a deploy from nothing; --nodes 3 (or more) brings
+up that many simulated nodes and also measures the image to one worker vs to two over
+shaped links (the `sim` stack itself stays on its two nodes). Read bench/README.md.
 Not part of the tests: benchmarks print figures, tests never assert times.
 """
 
@@ -16,7 +18,7 @@ import datetime
 import sys
 from pathlib import Path
 
-from bench import measure
+from bench import measure, relay
 from bench.figures import Figures, git_commit
 from tests import sim_stack as stack
 
@@ -27,9 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="no-op, drift and the model only")
     p.add_argument("--cold", action="store_true", help="also time a deploy from nothing")
+    p.add_argument("--nodes", type=int, default=2, help="simulated nodes (3: one vs two workers)")
     p.add_argument("--out", type=Path, default=HERE / "results.json")
     args = p.parse_args(argv)
-    stack.ensure_up(quiet=True)
+    stack.ensure_up(nodes=args.nodes, quiet=True)
     cfg, access = stack.load()
     sim = measure.Sim(cfg, access, say=lambda m: print(f"  {m}", flush=True))
     figures = Figures(
@@ -37,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "commit": git_commit(HERE.parent),
             "nodes": len(cfg.nodes),
+            "sim_nodes": args.nodes,
             "quick": args.quick,
             "cold": args.cold,
             "where": "the simulated cluster on this machine (CPU; Docker-in-Docker nodes)",
@@ -49,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         measure.image(sim, figures)
         print("bench: weights distribution", flush=True)
         measure.model_weights(sim, figures)
+        if args.nodes >= 3:
+            print("bench: image to one worker vs two, shaped links", flush=True)
+            cfg3, access3 = stack.load(relay.config(3))
+            relay.measure(measure.Sim(cfg3, access3, sim.say), figures)
+            stack.load()  # the sim stack's own ssh files again
     if args.cold:
         print("bench: cold deploy", flush=True)
         measure.cold(sim, figures)

@@ -71,6 +71,15 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
             (f"model-sync-{w}", f"{w}-facts"),
             ("model-server-container", f"model-sync-{w}"),
         ]
+        if len(cfg.worker_nodes) >= 2:
+            # The first transfer to several workers is relayed (the image leaves the
+            # head once) before each worker's own stream step checks it.
+            arrows += [
+                ("image-relay", f"image-obtain-{head}"),
+                ("image-relay", f"image-support-{head}"),
+                ("image-relay", f"{w}-facts"),
+                (f"image-sync-{w}", "image-relay"),
+            ]
     return arrows
 
 
@@ -91,6 +100,9 @@ def test_every_arrow_of_the_graph_is_a_real_dependency(raw: dict[str, Any]) -> N
     # The wiring is not accidental: the model check on the head runs before any stream.
     for w in cfg.worker_nodes:
         assert not run.depends(f"image-support-{cfg.head}", f"image-sync-{w.name}")
+    # One worker: nothing to relay, no relay step.
+    relay = [r for r in run.registrations.values() if r.name == "image-relay"]
+    assert len(relay) == (1 if len(cfg.worker_nodes) >= 2 else 0)
 
 
 @pytest.mark.parametrize(

@@ -75,12 +75,20 @@ SET_GAPS = """gaps=$(incomplete "$snap" | awk 'NR <= 5' | tr '\\n' ' ')"""
 PART = ".sparkvllm-part"
 _GIT_SHA1 = '{ printf \'blob %s\\0\' "$(stat -c %s "$f")"; cat "$f"; } | sha1sum'
 _FINISHED = f"-maxdepth 1 -type f ! -name '*.incomplete' ! -name '*{PART}'"
+# The sha256 of stdin, as hex: openssl's where there is one (it uses the CPU's SHA
+# instructions, x86 SHA-NI or Arm's SHA2 extensions: 5x coreutils' sha256sum on this
+# machine), else sha256sum.
+SHA256_FN = (
+    "sha256() { if command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r; "
+    "else sha256sum; fi | cut -c1-64; }"
+)
 VERIFY_FN = "\n".join(
     [
+        SHA256_FN,
         "verify_blob() {",
         f"  local f=$1 b; b=${{1##*/}}; b=${{b%{PART}}}",
         "  if [[ $b =~ ^[0-9a-f]{64}$ ]]; then",
-        '    [ "$(sha256sum < "$f" | cut -c1-64)" = "$b" ] || echo "$b"',
+        '    [ "$(sha256 < "$f")" = "$b" ] || echo "$b"',
         "  elif [[ $b =~ ^[0-9a-f]{40}$ ]]; then",
         f'    [ "$({_GIT_SHA1} | cut -c1-40)" = "$b" ] || echo "$b"',
         "  fi",
@@ -90,7 +98,7 @@ VERIFY_FN = "\n".join(
         '  [ -d "$1" ] || return 0',
         (
             f'  find "$1" {_FINISHED} -print0 | xargs -0 -r -P "$(nproc)" -n 1 '
-            'bash -c "$(declare -f verify_blob); verify_blob \\"\\$1\\"" _'
+            'bash -c "$(declare -f sha256 verify_blob); verify_blob \\"\\$1\\"" _'
         ),
         "}",
     ]
@@ -327,9 +335,9 @@ def weights_copy(cfg: StackConfig, target: NodeConfig) -> list[str]:
     # whole part (the bytes already there, then the new ones) computed on the way, so the
     # check costs no second read and runs alongside the transfer. Args: name, offset.
     receive = (
-        f'p={part}; {{ head -c "$2" "$p" 2>/dev/null || true; tee -a "$p"; }} '
-        "| sha256sum | cut -c1-64"
+        f'{SHA256_FN}; p={part}; {{ head -c "$2" "$p" 2>/dev/null || true; tee -a "$p"; }} | sha256'
     )
+
     # Then: its size, its content (that sha256 for an LFS name, else verify_blob), and
     # only then its name. Args: name, size, the sha256 computed on arrival.
     finish = "\n".join(

@@ -2,7 +2,8 @@
 
 Obtained once on the head; checked there to implement the model's architectures BEFORE
 anything else happens (so a wrong image is never streamed or started); streamed
-node-to-node over the cluster link; each node's copy compared by fingerprint and by its
+node-to-node over the cluster link (to several workers that lack it, relayed hop by hop
+so that it leaves the head once); each node's copy compared by fingerprint and by its
 Python/Ray/vLLM/torch versions. The obtain and stream steps are NodeSteps: a refresh reads
 each node's fingerprint back, so an image removed or replaced under the same tag on a node
 re-runs that node's stream on the next `up`. Containers run the image by its reference
@@ -76,6 +77,9 @@ class SyncedImage(pulumi.ComponentResource):
             relay = NodeStep(
                 plan.relay,
                 reach=head.reach,
+                # Its stdin: the workers' key (the one a step takes is its read node's);
+                # the plan has a relay only when they share one.
+                read_reach=args.nodes[next(iter(plan.streams))].reach,
                 triggers=[plan.ref, obtain.generation],
                 opts=pulumi.ResourceOptions(
                     parent=self,

@@ -892,6 +892,12 @@ class StackConfig(_Closed):
         return [n for n in self.nodes if n.name != self.head]
 
     @property
+    def own_keys(self) -> set[str]:
+        """The nodes reached with a key of their own (not the stack-wide key)."""
+        secrets = set(self.ssh_private_keys or {})
+        return secrets | {n.name for n in self.nodes if n.ssh.private_key_file}
+
+    @property
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
@@ -955,7 +961,7 @@ def _cross_field_issues(cfg: StackConfig) -> Iterable[Issue]:
                 fix=f"remove it; {RESERVED_ENV[key]}",
             )
     keys = [k for k in ("ssh_private_key", "ssh_private_key_file") if getattr(cfg, k)]
-    own = set(cfg.ssh_private_keys or {}) | {n.name for n in cfg.nodes if n.ssh.private_key_file}
+    own = cfg.own_keys
     keyless = [n.name for n in cfg.nodes if n.name not in own]
     if len(keys) > 1 or (not keys and keyless):
         yield Issue(

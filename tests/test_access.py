@@ -125,6 +125,29 @@ def test_every_node_with_its_own_key_needs_no_stack_key(spark_raw: dict[str, Any
     assert access.key_of("spark-1") == TEST_PRIVATE_KEY and access.key_of("spark-2") == WORKER_KEY
 
 
+def test_the_relay_takes_the_workers_shared_key_and_is_left_out_when_one_has_its_own(
+    spark_raw: dict[str, Any],
+) -> None:
+    """Four nodes: the relay's hops all use one key (forwarded by the head's agent), so
+    its stdin is the workers' key, the head's own key notwithstanding; a worker with a key
+    of its own means no relay (each worker's stream step sends its own key)."""
+    from tests.conftest import four_node_raw
+
+    raw = four_node_raw(spark_raw)
+    raw["ssh_private_keys"] = {"spark-1": WORKER_KEY}  # the head's own; workers: stack key
+    cfg = load_stack_config(raw)
+    access = prepare_ssh_access(cfg, "test", ROOT)
+    relay = run_program(cfg, access).by_name("image-relay")
+    assert relay.plain("stdin_identity") is True
+    assert Path(relay.plain("read_identity_file")).read_text() == TEST_PRIVATE_KEY
+    assert Path(relay.plain("identity_file")).read_text() == WORKER_KEY  # reaching the head
+
+    raw["ssh_private_keys"] = {"spark-3": WORKER_KEY}
+    cfg = load_stack_config(raw)
+    run = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+    assert [r for r in run.registrations.values() if r.name == "image-relay"] == []
+
+
 @pytest.mark.parametrize(
     ("change", "field", "problem"),
     [

@@ -179,8 +179,10 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
         support=model_support.model_support(cfg),
         support_triggers=(cfg.model.id, cfg.model.revision),
         support_verdict=partial(model_support.support_verdict, cfg),
+        # The relay's hops all authenticate with one key (the head's agent forwards it):
+        # the stack-wide one, so not when a worker has a key of its own.
         relay=commands.image_relay(cfg, cfg.worker_nodes, host_keys)
-        if len(cfg.worker_nodes) >= 2
+        if len(cfg.worker_nodes) >= 2 and not cfg.own_keys & {n.name for n in cfg.worker_nodes}
         else None,
         streams={
             n.name: commands.image_sync(cfg, n, host_keys.get(n.name)) for n in cfg.worker_nodes

@@ -221,25 +221,41 @@ def _weights_figures(
     figures.add("weights_bytes", size, "bytes", f"a synthetic model ({BENCH_MODEL}): one random "
                 "shard named by its sha256, and a config, on the head")  # fmt: skip
     wipe = f"rm -rf {shlex.quote(repo)}"
-    sim.on(sim.worker, wipe)
-    with stopwatch() as raw:
-        sim.from_head_to_worker(
-            f"tar -C {shlex.quote(hub)} -cf - {shlex.quote(name)} | remote "
-            + shlex.quote(f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -")
-        )
-    sim.on(sim.worker, wipe)
+    raw_pipe = f"tar -C {shlex.quote(hub)} -cf - {shlex.quote(name)} | remote " + shlex.quote(
+        f"mkdir -p {shlex.quote(hub)} && tar -C {shlex.quote(hub)} -xf -"
+    )
     spec = weights.weights_sync(cfg, cfg.worker_nodes[0], sim.access.host_keys.get(sim.worker))
-    with stopwatch() as copied:
-        out = key_values(sim.run_spec(spec))
-    assert out["transferred"] == "1", out
-    figures.add("weights_copy_s", copied[0], "s", "the program's model-sync step (blob by "
+
+    # Each twice, alternating, the best of each: from the same start (the worker's copy
+    # removed, every node's dirty pages written out first, so neither pays for the other's
+    # writes).
+    def timed(run: Callable[[], str]) -> tuple[float, str]:
+        sim.on(sim.worker, wipe)
+        for n in sim.cfg.nodes:
+            sim.on(n.name, "sync")
+        with stopwatch() as t:
+            out = run()
+        return t[0], out
+
+    raw_s, copy_s = [], []
+    for _ in range(2):
+        raw_s.append(timed(lambda: sim.from_head_to_worker(raw_pipe))[0])
+        took, out = timed(lambda: sim.run_spec(spec))
+        assert key_values(out)["transferred"] == "1", out
+        copy_s.append(took)
+    raw, copied = min(raw_s), min(copy_s)
+    figures.add("weights_copy_s", copied, "s", "the program's model-sync step (blob by "
                 "blob, each checked by its sha256 on the worker, then the manifest), the "
                 "worker's copy removed first")  # fmt: skip
     figures.add(
-        "weights_raw_pipe_s", raw[0], "s", "`tar | ssh worker tar` from the head, same start"
+        "weights_raw_pipe_s",
+        raw,
+        "s",
+        "`tar | ssh worker tar` from the head, same start "
+        "(each of the two measured twice, alternating; the best of each)",
     )
     figures.add(
-        "weights_copy_vs_raw_pipe", raw[0] / copied[0], "ratio",
+        "weights_copy_vs_raw_pipe", raw / copied, "ratio",
         "weights_raw_pipe_s / weights_copy_s, side by side (the program's copy also hashes "
         "every blob on arrival)", ">= 0.9",
     )  # fmt: skip
@@ -252,12 +268,12 @@ def _weights_figures(
     part = shlex.quote(blob + weights.PART)
     sim.on(sim.worker, f"mv {shlex.quote(blob)} {part} && truncate -s {cut} {part}")
     before = sim.tx_bytes()
-    out = key_values(sim.run_spec(spec))
+    resumed = key_values(sim.run_spec(spec))
     moved = sim.tx_bytes() - before
     figures.add(
         "weights_resume_overhead", moved / (shard - cut), "ratio",
         "bytes the nodes sent to finish an interrupted copy (60% of the shard left) over "
-        f"that remainder (step's own count: {out['sent']} bytes)", "<= 1.05",
+        f"that remainder (step's own count: {resumed['sent']} bytes)", "<= 1.05",
     )  # fmt: skip
     # Verification: every blob of the worker's copy hashed, on every core.
     verify = f"{weights.VERIFY_FN}\nverify_all {shlex.quote(repo)}/blobs"

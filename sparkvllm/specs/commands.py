@@ -239,6 +239,48 @@ def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | No
     return ssh_to_nodes_prelude(cfg, [("remote", target, host_key)])
 
 
+_SIZE_FMT = shlex.quote("{{.Size}}")
+_LAYERS_FMT = shlex.quote("{{json .RootFS.Layers}}")
+# Every image's layers on the node it runs on (one JSON list a line).
+_THEIR_LAYERS = (
+    f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {_LAYERS_FMT} $ids'
+)
+_DOCKER_ROOT_AVAIL = f'{AVAIL_FN}; avail "$(docker info -f {shlex.quote("{{.DockerRootDir}}")})"'
+
+
+def _image_here(ref: str) -> list[str]:
+    """Bash (on the head) that sets size, mine (its layers) and filter (the layer
+    script) for the image `ref`, for `_image_there`."""
+    q_ref = shlex.quote(ref)
+    return [
+        f"size=$(docker image inspect -f {_SIZE_FMT} {q_ref})",
+        f"mine=$(docker image inspect -f {_LAYERS_FMT} {q_ref}) || mine=",
+        f"filter={shlex.quote(script('image_layers'))}",
+    ]
+
+
+def _image_there(ref: str, fn: str) -> list[str]:
+    """Bash (on the head, after `_image_here`) that sets, for the node `fn CMD...` reaches:
+    `need` (what docker load takes in its data root: it unpacks the whole archive before
+    it stores the layers the node lacks, so the image's size plus what it adds), `have`
+    (free there; empty if docker could not say), and `held` of the image's `total`
+    layers (what it holds already: an earlier version, an image on the same base)."""
+    old_size = f"docker image inspect -f {_SIZE_FMT} {shlex.quote(ref)} 2>/dev/null"
+    return [
+        f"old=$({fn} {shlex.quote(old_size)} || true); old=${{old:-0}}",
+        "need=$((size + (size > old ? size - old : 0)))",
+        f"have=$({fn} bash -c {shlex.quote(shlex.quote(_DOCKER_ROOT_AVAIL))}) || have=",
+        f"theirs=$({fn} {shlex.quote(_THEIR_LAYERS)} || true)",
+        "held=0; total=0",
+        'if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
+        (
+            '  read -r held total < <(python3 -c "$filter" held "$mine" '
+            "<(printf '%s\\n' \"$theirs\") || echo 0 0) || true"
+        ),
+        "fi",
+    ]
+
+
 def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
     """Stream the image from the head to `target` over the cluster link, if it differs.
 
@@ -254,18 +296,10 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     head = cfg.head_node.name
     fp = fingerprint_script(ref)
     q_ref = shlex.quote(ref)
-    size_fmt = shlex.quote("{{.Size}}")
-    old_size = f"docker image inspect -f {size_fmt} {q_ref} 2>/dev/null"
-    root_fmt = shlex.quote("{{.DockerRootDir}}")
-    layers_fmt = shlex.quote("{{json .RootFS.Layers}}")
-    their_layers = (
-        f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {layers_fmt} $ids'
-    )
     thin_failed = (
         f"{ref}: loading only the missing layers on {target.name} did not give the head's "
         "image; sending it whole"
     )
-    avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
     holds = say(
         f"{ref}: {target.name} holds", '"$held"', shlex.quote("of its layers; sending the others")
     )
@@ -284,25 +318,9 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
             f'[ -n "$src" ] || {fail(f"image {ref} is missing on {head}")}',
             f"dst=$(remote {shlex.quote(fp)} || true)",
             'if [ "$src" != "$dst" ]; then',
-            # docker load unpacks the whole archive (in docker's data root) before it
-            # stores the layers the node lacks: the image's size, plus what it adds.
-            f"  size=$(docker image inspect -f {size_fmt} {q_ref})",
-            f"  old=$(remote {shlex.quote(old_size)} || true); old=${{old:-0}}",
-            "  need=$((size + (size > old ? size - old : 0)))",
-            f"  have=$(remote bash -c {shlex.quote(shlex.quote(avail))})",
-            f"  {room_check(no_room, room_fix)}",
-            # What the target holds of the image already (an earlier version of it, an
-            # image built on the same base): then only the other layers go.
-            f"  filter={shlex.quote(script('image_layers'))}",
-            f"  mine=$(docker image inspect -f {layers_fmt} {q_ref}) || mine=",
-            f"  theirs=$(remote {shlex.quote(their_layers)} || true)",
-            "  held=0; total=0",
-            '  if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
-            (
-                '    read -r held total < <(python3 -c "$filter" held "$mine" '
-                "<(printf '%s\\n' \"$theirs\") || echo 0 0) || true"
-            ),
-            "  fi",
+            *(f"  {line}" for line in [*_image_here(ref), *_image_there(ref, "remote")]),
+            f'  [ -z "$have" ] || {room_check(no_room, room_fix)}',
+            # What the target holds of the image already: then only the other layers go.
             "  dst=",
             '  if [ "$held" -gt 0 ]; then',
             # Every layer held (an untagged or re-tagged copy): one read, no layer sent.
@@ -413,14 +431,6 @@ def image_relay(
     ref = cfg.image.local_ref
     q_ref = shlex.quote(ref)
     fp = fingerprint_script(ref)
-    size_fmt = shlex.quote("{{.Size}}")
-    layers_fmt = shlex.quote("{{json .RootFS.Layers}}")
-    root_fmt = shlex.quote("{{.DockerRootDir}}")
-    old_size = f"docker image inspect -f {size_fmt} {q_ref} 2>/dev/null"
-    their_layers = (
-        f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {layers_fmt} $ids'
-    )
-    avail = f'{AVAIL_FN}; avail "$(docker info -f {root_fmt})"'
     hop = _relay_hop(targets, host_keys)
     lines = [
         *ssh_to_nodes_prelude(
@@ -428,27 +438,16 @@ def image_relay(
         ),
         f"src=$({fp} || true)",
         f'[ -n "$src" ] || {fail(f"image {ref} is missing on {cfg.head_node.name}")}',
-        f"size=$(docker image inspect -f {size_fmt} {q_ref})",
-        f"mine=$(docker image inspect -f {layers_fmt} {q_ref}) || mine=",
-        f"filter={shlex.quote(script('image_layers'))}",
+        *_image_here(ref),
         "chain=(); names=()",
     ]
     for i, n in enumerate(targets):
         # Joins the chain: lacks the image, holds none of its layers, has room for it.
         lines += [
             f'if [ "$(node{i} {shlex.quote(fp)} || true)" != "$src" ]; then',
-            f"  theirs=$(node{i} {shlex.quote(their_layers)} || true); held=0",
-            '  if [ -n "$mine" ] && [ -n "$theirs" ] && command -v python3 >/dev/null; then',
+            *(f"  {line}" for line in _image_there(ref, f"node{i}")),
             (
-                '    read -r held _ < <(python3 -c "$filter" held "$mine" '
-                "<(printf '%s\\n' \"$theirs\") || echo 0 0) || true"
-            ),
-            "  fi",
-            f"  old=$(node{i} {shlex.quote(old_size)} || true); old=${{old:-0}}",
-            f"  have=$(node{i} bash -c {shlex.quote(shlex.quote(avail))} || echo 0)",
-            "  need=$((size + (size > old ? size - old : 0)))",
-            (
-                '  [ "$held" -gt 0 ] || [ "$have" -lt "$need" ] || '
+                '  [ "$held" -gt 0 ] || [ -z "$have" ] || [ "$have" -lt "$need" ] || '
                 f"{{ chain+=({i}); names+=({n.name}); }}"
             ),
             "fi",

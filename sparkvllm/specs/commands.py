@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from sparkvllm.config import NodeConfig, StackConfig
@@ -191,9 +191,13 @@ def fingerprint_read(ref: str) -> str:
     return f"echo fingerprint=$({fingerprint_script(ref)} || true)"
 
 
-def _ssh_to(node: NodeConfig) -> str:
-    """The ssh invocation from the head to `node` over the cluster link ($key, $kh set)."""
-    options = node_options(node, ShellVar("key"), ShellVar("kh"))
+def _ssh_to(node: NodeConfig, *extra: str) -> str:
+    """The ssh invocation from the head to `node` over the cluster link ($key, $kh, $cm
+    set): every call of one step shares one connection (a master in the 0700 folder $cm),
+    so a step's many short calls cost one handshake. `extra`: more option words."""
+    options = replace(
+        node_options(node, ShellVar("key"), ShellVar("kh")), control_dir=ShellVar("cm"), extra=extra
+    )
     return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
 
 
@@ -214,10 +218,14 @@ def ssh_to_nodes_prelude(
     `<function> CMD...`: ssh to that node over the cluster link with the key in a 0600 temp
     file removed on exit and its host key verified; then check each link answers."""
     head = cfg.head_node.name
+    # On exit: each shared connection closed, the key and the rest removed.
+    close = "; ".join(f"{_ssh_to(n, '-O', 'exit')} 2>/dev/null || true" for _, n, _k in targets)
     lines = [
         "set -euo pipefail",
         "umask 077",
-        'key=$(mktemp); kh=$(mktemp); trap \'rm -f "$key" "$kh"\' EXIT',
+        "key=$(mktemp); kh=$(mktemp); cm=$(mktemp -d)",
+        f'cleanup() {{ {close}; rm -rf "$key" "$kh" "$cm"; }}',
+        "trap cleanup EXIT",
         'cat > "$key"',
         f"printf '%s' {shlex.quote(_kh_lines([(n, k) for _, n, k in targets]))} > \"$kh\"",
     ]
@@ -464,7 +472,7 @@ def image_relay(
         "relayed=",
         'if [ "${#chain[@]}" -ge 2 ]; then',
         '  eval "$(ssh-agent -s)" >/dev/null',
-        '  trap \'ssh-agent -k >/dev/null 2>&1; rm -f "$key" "$kh"\' EXIT',
+        "  trap 'ssh-agent -k >/dev/null 2>&1; cleanup' EXIT",
         f'  ssh-add -q "$key" 2>/dev/null || {{ {no_agent}; chain=(); }}',
         "fi",
         'if [ "${#chain[@]}" -ge 2 ]; then',

@@ -52,7 +52,7 @@ class SshOptions:
     connect_timeout_s: int = 15
     server_alive_s: int | None = 15
     server_alive_count: int | None = 4
-    control_dir: str | None = None
+    control_dir: PathRef | None = None
     log_level: str | None = None
     # Reach the host through a jump host: ssh runs this (`jump_command`) for the socket.
     proxy_command: str | None = None
@@ -88,7 +88,7 @@ class SshOptions:
             # The provider opens a new ssh for every API call, and bursts of connections
             # get refused (kreuzwerker issue 262): one master connection serves them all.
             o("ControlMaster=auto")
-            o(f"ControlPath={self.control_dir}/cm-%C")
+            o("ControlPath=", self.control_dir, "/cm-%C")
             o("ControlPersist=120")
         if self.known_hosts is not None:
             o("UserKnownHostsFile=", self.known_hosts)

@@ -11,7 +11,7 @@ from bench.figures import Figures
 from bench.measure import phase_of
 from sparkvllm.config import load_stack_config
 from sparkvllm.specs import plans
-from tests.conftest import stack_file
+from tests.conftest import four_node_raw, stack_file
 
 
 def test_results_json_has_value_unit_how_and_goal(tmp_path: Path) -> None:
@@ -27,15 +27,17 @@ def test_results_json_has_value_unit_how_and_goal(tmp_path: Path) -> None:
     assert table[1].split()[:3] == ["noop_up_s", "3.142", "s"]
 
 
-@pytest.mark.parametrize("stack", ["sim", "spark"])
+@pytest.mark.parametrize("stack", ["sim", "spark", "spark4"])
 def test_every_step_of_a_deploy_has_a_phase(stack: str) -> None:
     """A step the phase table does not know would vanish into "other" in the cold figures."""
-    raw = stack_file(stack)
+    raw = stack_file(stack.rstrip("4"))
     raw["ssh_private_key_file"] = "x"
+    if stack == "spark4":
+        raw = four_node_raw(raw)
     cfg = load_stack_config(raw)
     names = [cfg.head + "-facts", cfg.head + "-links", cfg.head + "-hub-access"]
     image = plans.image(cfg, {})
-    names += [image.obtain.name, image.support.name]
+    names += [image.obtain.name, image.support.name, *([image.relay.name] if image.relay else [])]
     names += [s.name for s in image.streams.values()] + [s.name for s in image.versions.values()]
     weights = plans.model_weights(cfg, {})
     names += [s.name for s in [*weights.downloads.values(), *weights.copies.values()]]

@@ -4,7 +4,8 @@
 
 Brings the simulation up and the `sim` stack to converged if needed, measures, prints one
 table and writes bench/results.json (figure -> value, unit, how, goal). --quick measures
-the no-op and drift figures and the served model only (a few minutes on a converged sim);
+the no-op and drift figures and the served model only (a few minutes on a converged sim;
+to bench/results-quick.json);
 --cold also destroys the stack and times a deploy from nothing; --nodes 3 (or more) brings
 up that many simulated nodes and also measures the image to one worker vs to two over
 shaped links (the `sim` stack itself stays on its two nodes). Read bench/README.md.
@@ -30,8 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="no-op, drift and the model only")
     p.add_argument("--cold", action="store_true", help="also time a deploy from nothing")
     p.add_argument("--nodes", type=int, default=2, help="simulated nodes (3: one vs two workers)")
-    p.add_argument("--out", type=Path, default=HERE / "results.json")
+    p.add_argument(
+        "--out", type=Path, help="default bench/results.json (--quick: results-quick.json)"
+    )
     args = p.parse_args(argv)
+    # A quick run measures a few figures: it never replaces the full run's file.
+    out: Path = args.out or HERE / ("results-quick.json" if args.quick else "results.json")
     stack.ensure_up(nodes=args.nodes, quiet=True)
     cfg, access = stack.load()
     sim = measure.Sim(cfg, access, say=lambda m: print(f"  {m}", flush=True))
@@ -65,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     print("bench: the served model", flush=True)
     measure.served_model(outputs["endpoint"], str(outputs["served_model"]), figures)
     print(figures.table())
-    figures.write(args.out)
-    print(f"bench: wrote {args.out}")
+    figures.write(out)
+    print(f"bench: wrote {out}")
     return 0
 
 

@@ -943,7 +943,7 @@ _DOCKER_STUB = """#!/bin/bash
 case "$*" in
   "image inspect --format "*) [ -z "${ON_TARGET:-}" ] && echo '["sha256:aa"]';;
   "image inspect -f {{.Size}} "*) [ -z "${ON_TARGET:-}" ] && echo "$SIZE";;
-  "info -f {{.DockerRootDir}}") echo "$ROOT";;
+  "info -f {{.DockerRootDir}}") [ -n "$ROOT" ] || exit 1; echo "$ROOT";;
   "image inspect -f {{json .RootFS.Layers}} "*) echo '["sha256:aa"]';;
   "image ls -q") ;;
   *) exit 1;;
@@ -951,12 +951,18 @@ esac
 """
 
 
-@pytest.mark.parametrize(("size", "refused"), [(10**15, True), (1000, False)])
+@pytest.mark.parametrize(
+    ("size", "root_known", "refused"),
+    [(10**15, True, True), (1000, True, False), (10**15, False, False)],
+    ids=["too big", "fits", "free space unknown"],
+)
 def test_image_sync_checks_the_targets_disk_before_it_streams(
-    cfg: StackConfig, tmp_path: Path, size: int, refused: bool
+    cfg: StackConfig, tmp_path: Path, size: int, root_known: bool, refused: bool
 ) -> None:
     """The real script with ssh and docker stubbed: an image bigger than the target's free
-    space stops before `docker save` with node, need and have; a small one goes on."""
+    space stops before `docker save` with node, need and have; a small one goes on; so
+    does any image where the target's docker cannot say its data root (not refused as a
+    full disk: the load then fails or not on its own)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     for name, text in (("ssh", _SSH_STUB), ("docker", _DOCKER_STUB)):
@@ -969,7 +975,7 @@ def test_image_sync_checks_the_targets_disk_before_it_streams(
         capture_output=True,
         text=True,
         env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SIZE": str(size),
-             "ROOT": str(tmp_path / "docker-root")},
+             "ROOT": str(tmp_path / "docker-root") if root_known else ""},
     )  # fmt: skip
     assert out.returncode != 0  # the stub cannot save: the small image fails there
     last = out.stderr.strip().splitlines()[-1]

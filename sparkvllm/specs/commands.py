@@ -253,7 +253,11 @@ _LAYERS_FMT = shlex.quote("{{json .RootFS.Layers}}")
 _THEIR_LAYERS = (
     f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {_LAYERS_FMT} $ids'
 )
-_DOCKER_ROOT_AVAIL = f'{AVAIL_FN}; avail "$(docker info -f {shlex.quote("{{.DockerRootDir}}")})"'
+# Free bytes in docker's data root; fails (prints nothing) when docker cannot say where.
+_DOCKER_ROOT_AVAIL = (
+    f"{AVAIL_FN}; r=$(docker info -f {shlex.quote('{{.DockerRootDir}}')}) && "
+    '[ -n "$r" ] && avail "$r"'
+)
 
 
 def _image_here(ref: str) -> list[str]:

@@ -99,9 +99,11 @@ HUMAN_FN = (
 )
 
 # Bytes free where $1 is or would be (df of its nearest existing folder).
+# No path (e.g. a failed `docker info` in $(...)): fails, printing nothing, instead of
+# measuring the folder it runs in.
 AVAIL_FN = (
-    'avail() { local d=$1; while [ ! -d "$d" ]; do d=$(dirname "$d"); done; '
-    "df -B1 --output=avail \"$d\" | tail -n 1 | tr -d ' '; }"
+    'avail() { local d=$1; [ -n "$d" ] || return 1; while [ ! -d "$d" ]; do '
+    'd=$(dirname "$d"); done; df -B1 --output=avail "$d" | tail -n 1 | tr -d \' \'; }'
 )
 
 
@@ -254,10 +256,7 @@ _THEIR_LAYERS = (
     f'ids=$(docker image ls -q); [ -z "$ids" ] || docker image inspect -f {_LAYERS_FMT} $ids'
 )
 # Free bytes in docker's data root; fails (prints nothing) when docker cannot say where.
-_DOCKER_ROOT_AVAIL = (
-    f"{AVAIL_FN}; r=$(docker info -f {shlex.quote('{{.DockerRootDir}}')}) && "
-    '[ -n "$r" ] && avail "$r"'
-)
+_DOCKER_ROOT_AVAIL = f'{AVAIL_FN}; avail "$(docker info -f {shlex.quote("{{.DockerRootDir}}")})"'
 
 
 def _image_here(ref: str) -> list[str]:

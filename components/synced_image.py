@@ -35,8 +35,8 @@ class SyncedImage(pulumi.ComponentResource):
     implemented), `image_ids` (node -> image ID on that node), `fingerprint`
     (storage-independent identity, equal on every node), `versions` (the
     Python/Ray/vLLM/torch versions every node agrees on), `transferred` (node -> whether
-    the relay or its stream step moved the image there when they last ran). `model_checked` resolves
-    once the image is known to implement the model."""
+    the relay or its stream step moved the image there when they last ran).
+    `model_checked` resolves once the image is known to implement the model."""
 
     model_checked: pulumi.Output[pulumi.Resource]
 

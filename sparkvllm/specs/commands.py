@@ -23,6 +23,7 @@ from sparkvllm.specs import containers
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.ssh import (
     ShellVar,
+    SshOptions,
     SshTarget,
     known_hosts_line,
     node_options,
@@ -200,6 +201,11 @@ def _ssh_to(node: NodeConfig, *extra: str) -> str:
     options = replace(
         node_options(node, ShellVar("key"), ShellVar("kh")), control_dir=ShellVar("cm"), extra=extra
     )
+    return _over_cluster_link(node, options)
+
+
+def _over_cluster_link(node: NodeConfig, options: SshOptions) -> str:
+    """ssh with `options` to `node`'s cluster-link address, as a bash line."""
     return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
 
 
@@ -394,8 +400,7 @@ def _relay_send(targets: Sequence[NodeConfig]) -> list[str]:
 
 def _relay_ssh(node: NodeConfig) -> str:
     """ssh from one relay hop to `node` (agent forwarded, $kh set)."""
-    options = relay_options(node, ShellVar("kh"))
-    return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
+    return _over_cluster_link(node, relay_options(node, ShellVar("kh")))
 
 
 def _relay_hop(targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None]) -> str:

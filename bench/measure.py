@@ -398,3 +398,51 @@ def cold(sim: Sim, figures: Figures) -> None:
         "cold_overhead_ratio", t[0] / critical, "ratio",
         "cold_total_s / critical_path_s: what the program adds around that path", "<= 1.2",
     )  # fmt: skip
+
+
+def scale(sim: Sim, figures: Figures, nodes: int) -> None:
+    """The converged 2-node stack grown to `nodes` simulated nodes (tensor-parallel across
+    all of them) by one `up` with that config, its no-op `up` and drift check there, then
+    shrunk back by one `up` with the stack's own config. The new nodes start bare: the
+    image is removed from them first, so the growth includes sending it."""
+    raw = stack.stack_raw_over(nodes)
+    quiet: Callable[[str], None] = lambda _m: None  # noqa: E731
+    new = [n["name"] for n in raw["nodes"][len(sim.cfg.nodes) :]]
+    ref = shlex.quote(sim.cfg.image.local_ref)
+    grown_sim = Sim(*stack.load(raw), sim.say)
+    for name in new:
+        grown_sim.on(name, f"docker rmi -f {ref} >/dev/null 2>&1; docker image prune -f >/dev/null")
+    try:
+        with stopwatch() as out:
+            grown = stack.engine("up", raw, log=sim.say)
+        assert not grown.error, grown.error
+        again = stack.engine("up", raw, log=quiet)
+        assert not again.error and not again.changed, again.error
+        with stopwatch() as t:
+            drift = stack.engine("preview", raw, refresh=True, log=quiet)
+        assert not drift.error and not drift.changed, drift.error
+    finally:
+        with stopwatch() as back:
+            shrunk = stack.engine("up", log=sim.say)
+        stack.load()  # the sim stack's own ssh files again
+    assert not shrunk.error, shrunk.error
+    figures.add(
+        f"scale_out_to_{nodes}_s", out[0], "s",
+        f"one `up` with the stack over {nodes} nodes (TP={nodes}) on the converged "
+        f"{len(sim.cfg.nodes)}-node stack: the image to {len(new)} bare node(s), their "
+        "weights check, Ray, the server replaced, to healthy",
+    )  # fmt: skip
+    figures.add(f"noop_up_s_{nodes}_nodes", again.seconds, "s",
+                f"a no-op `up` on the converged {nodes}-node stack", "< 5")  # fmt: skip
+    how = f"`preview --refresh` on the converged {nodes}-node stack (every read-back on every node)"
+    figures.add(f"drift_check_s_{nodes}_nodes", t[0], "s", how, "grows < 1.5 s per node")
+    base = figures.figures.get(f"drift_check_s_{len(sim.cfg.nodes)}_nodes")
+    if base is not None:
+        figures.add(
+            "drift_check_growth_s_per_node", (t[0] - base.value) / len(new), "s/node",
+            f"(drift_check_s_{nodes}_nodes - drift_check_s_{len(sim.cfg.nodes)}_nodes) / "
+            f"{len(new)}, measured in the same run", "< 1.5",
+        )  # fmt: skip
+    figures.add("scale_in_s", back[0], "s",
+                f"one `up` with the stack's own config after: back to {len(sim.cfg.nodes)} "
+                "nodes (the extra nodes' containers removed, the server replaced)")  # fmt: skip

@@ -11,8 +11,6 @@ worker's image-sync step, which checks), and two workers the way it was before t
 
 from __future__ import annotations
 
-import copy
-import json
 import shlex
 import threading
 from collections.abc import Iterator
@@ -21,7 +19,6 @@ from typing import Any
 
 from bench.figures import Figures, stopwatch
 from bench.measure import NETDEV, Sim
-from sim.settings import StatePaths
 from sparkvllm.specs.commands import CommandSpec, image_relay, image_sync
 from tests import sim_stack as stack
 
@@ -31,20 +28,8 @@ LINK_MBIT = 200  # 25 MB/s: below what two ssh streams and two loads reach on 2 
 
 def config(nodes: int) -> dict[str, Any]:
     """The sim stack's config over the first `nodes` simulated nodes, with the synthetic
-    image (parallelism set to match: this config is never deployed)."""
-    raw = stack.stack_raw()
-    table = json.loads(StatePaths.at().nodes_json.read_text())
-    if len(table) < nodes:
-        raise SystemExit(f"bench: the simulation has {len(table)} nodes; run with --nodes {nodes}")
-    template = raw["nodes"][-1]
-    raw["nodes"] = []
-    for entry in table[:nodes]:
-        node = copy.deepcopy(template)
-        node["name"] = entry["name"]
-        node["ssh"]["host"] = node["cluster_link"]["address"] = entry["address"]
-        node["ssh"]["host_key_file"] = f".sim/{entry['name']}.host_key.pub"
-        raw["nodes"].append(node)
-    raw["parallelism"] = {"tensor": 1, "pipeline": nodes}
+    image (this config is never deployed)."""
+    raw = stack.stack_raw_over(nodes)
     raw["image"] = {**raw["image"], "ref": RELAY_REF}
     return raw
 

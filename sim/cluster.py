@@ -28,6 +28,7 @@ from sim.settings import (
     NODE_SIM_CONFIG_DIR,
     PREFIX,
     SIM_SOURCE_DIR,
+    SIM_STACK,
     SSH_PORT,
     SSH_USER,
     VLLM_IMAGE_REF,
@@ -408,8 +409,22 @@ class Cluster:
             self._rm(["network", "rm", NETWORK_NAME])
         self.paths.nodes_json.unlink(missing_ok=True)
         self.paths.model_json.unlink(missing_ok=True)
+        self._forget_stack_state()
         if purge:
             self._purge_images()
+
+    def _forget_stack_state(self) -> None:
+        """The local engine's state of the `sim` stack in this checkout describes the nodes
+        just removed (their containers, their host keys, the key that reached them): kept,
+        the next `up` would refresh against new nodes with old credentials and fail. The
+        nodes are gone, so is what it recorded of them (`pulumi stack rm --force` after the
+        machines are wiped). A stack deployed with the Pulumi CLI keeps its own state."""
+        from localengine.state import StateFile
+
+        state = StateFile(self.paths.root.parent, SIM_STACK)
+        if state.path.exists():
+            self.say(f"sim: removing the local engine's state of the removed nodes ({state.path})")
+            state.remove()
 
     def _purge_images(self) -> None:
         fmt = "{{.Repository}}:{{.Tag}}"

@@ -12,6 +12,7 @@ SIM_SOURCE_DIR = Path(__file__).resolve().parent
 PREFIX = "sparkvllm-sim"
 LABEL = "io.sparkvllm.sim"  # every object `up` creates carries this label (value: "1")
 NETWORK_NAME = PREFIX
+SIM_STACK = "sim"  # the stack (Pulumi.sim.yaml) deployed onto the simulated nodes
 DEFAULT_SUBNET = "172.28.0.0/24"
 FIRST_HOST_OFFSET = 10  # node i (from 1) lives at subnet base + 10 + i
 SSH_USER = "root"

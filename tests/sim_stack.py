@@ -5,6 +5,8 @@ commands on the simulated nodes over ssh."""
 
 from __future__ import annotations
 
+import copy
+import json
 import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,7 +18,7 @@ from localengine.state import StateFile
 from sim.cluster import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
-from sim.settings import REPO_ROOT, StatePaths
+from sim.settings import REPO_ROOT, SIM_STACK, StatePaths
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.remote import run_ssh
@@ -24,7 +26,7 @@ from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import LABEL_PREFIX
 from sparkvllm.workstation import SshAccess, prepare_ssh_access
 
-STACK = "sim"
+STACK = SIM_STACK
 
 
 def cluster(quiet: bool = False) -> Cluster:
@@ -38,6 +40,25 @@ def ensure_up(nodes: int = 2, quiet: bool = False) -> list[dict[str, object]]:
 
 def stack_raw(stack: str = STACK, root: Path = REPO_ROOT) -> dict[str, Any]:
     return stack_file_raw(stack, root)
+
+
+def stack_raw_over(nodes: int) -> dict[str, Any]:
+    """The sim stack's config over the first `nodes` simulated nodes (`python -m sim up
+    --nodes N`), tensor-parallel across all of them (the tiny model splits over 1, 2 or 3)."""
+    raw = stack_raw()
+    table = json.loads(StatePaths.at().nodes_json.read_text())
+    if len(table) < nodes:
+        raise SystemExit(f"the simulation has {len(table)} nodes; bring it up with --nodes {nodes}")
+    template = raw["nodes"][-1]
+    raw["nodes"] = []
+    for entry in table[:nodes]:
+        node = copy.deepcopy(template)
+        node["name"] = entry["name"]
+        node["ssh"]["host"] = node["cluster_link"]["address"] = entry["address"]
+        node["ssh"]["host_key_file"] = f".sim/{entry['name']}.host_key.pub"
+        raw["nodes"].append(node)
+    raw["parallelism"] = {"tensor": nodes, "pipeline": 1}
+    return raw
 
 
 def load(raw: dict[str, Any] | None = None) -> tuple[StackConfig, SshAccess]:

@@ -73,15 +73,19 @@ def train_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model(tokenizer: PreTrainedTokenizerFast) -> Qwen3ForCausalLM:
-    """A random-weight Qwen3 (hidden 128, 2 layers, 2 heads of 64) with a fixed seed."""
-    vocab = -(-len(tokenizer) // 64) * 64  # round up: TP splits the vocabulary
+    """A random-weight Qwen3 (hidden 128, 2 layers, 6 heads of 64) with a fixed seed.
+
+    Sized to split over 1, 2 or 3 ranks (TP=3 on a 3-node sim, `bench --nodes 3`): the
+    heads, the KV heads and the MLP's width divide by 2 and by 3, and so does the
+    vocabulary (vLLM pads it to a multiple of 64, then divides it by the TP size)."""
+    vocab = -(-len(tokenizer) // 192) * 192  # round up: a multiple of 64 that 2 and 3 divide
     config = Qwen3Config(
         vocab_size=vocab,
         hidden_size=128,
-        intermediate_size=256,
+        intermediate_size=384,
         num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        num_attention_heads=6,
+        num_key_value_heads=6,
         head_dim=64,  # the CPU attention kernel rejects small head sizes such as 16
         max_position_embeddings=2048,
         initializer_range=0.1,  # peaked logits: greedy tokens stable across TP sizes

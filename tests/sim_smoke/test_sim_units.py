@@ -144,6 +144,21 @@ def test_down_removes_only_labelled_sim_objects(tmp_path: Path) -> None:
     ]
 
 
+def test_down_forgets_the_local_engines_state_of_the_removed_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    checkout = tmp_path / "checkout"
+    stacks = checkout / ".pulumi" / "stacks" / "spark-vllm"
+    stacks.mkdir(parents=True)
+    (stacks / "sim.json").write_text("{}")
+    (stacks / "spark.json").write_text("{}")
+    runner = FakeRunner({("docker", "ps"): Result(0, "sparkvllm-sim-spark-1 running\n")})
+    Cluster(runner, StatePaths(checkout / ".sim"), Timer(quiet=True)).down()
+    assert not (stacks / "sim.json").exists()
+    assert (stacks / "spark.json").exists()  # another stack's state is not the sim's
+
+
 def test_failed_up_rolls_back_what_it_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

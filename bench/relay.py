@@ -62,15 +62,25 @@ def _parallel(sim: Sim, specs: list[CommandSpec]) -> list[str]:
     return outs
 
 
-def measure(sim: Sim, figures: Figures, megabytes: int = 300) -> None:
-    ref = shlex.quote(RELAY_REF)
-    build = (
+def _build(sim: Sim, base: str, megabytes: int) -> None:
+    """RELAY_REF on the head: `base` plus one layer of `megabytes` random bytes."""
+    sim.on(
+        sim.head,
         "d=$(mktemp -d); trap 'rm -rf \"$d\"' EXIT; "
         f'head -c {megabytes}M /dev/urandom > "$d/blob"; '
-        "printf 'FROM scratch\\nCOPY blob /blob\\n' > \"$d/Dockerfile\"; "
-        f'docker build -q -t {ref} "$d" >&2'
+        f"printf 'FROM {base}\\nCOPY blob /blob-{megabytes}\\n' > \"$d/Dockerfile\"; "
+        f'docker build -q -t {shlex.quote(RELAY_REF)} "$d" >&2',
     )
-    sim.on(sim.head, build)
+
+
+def _image_id(sim: Sim, node: str) -> str:
+    return sim.on(node, f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(RELAY_REF)}").strip()
+
+
+def measure(sim: Sim, figures: Figures, megabytes: int = 300, update_mb: int = 100) -> None:
+    ref = shlex.quote(RELAY_REF)
+    _build(sim, "scratch", megabytes)
+    base = _image_id(sim, sim.head)
     workers = sim.cfg.worker_nodes[:2]
     keys = sim.access.host_keys
     syncs = [image_sync(sim.cfg, n, keys.get(n.name)) for n in workers]
@@ -80,6 +90,11 @@ def measure(sim: Sim, figures: Figures, megabytes: int = 300) -> None:
     def clear() -> None:
         for n in workers:
             sim.on(n.name, drop)
+
+    def back_to_base(update: str) -> None:
+        """Each worker holds the base version under the tag again, the update removed."""
+        for n in workers:
+            sim.on(n.name, f"docker tag {base} {ref} && {{ docker rmi -f {update} || true; }}")
 
     try:
         with shaped(sim, LINK_MBIT):
@@ -97,9 +112,25 @@ def measure(sim: Sim, figures: Figures, megabytes: int = 300) -> None:
             with stopwatch() as direct:
                 streamed = _parallel(sim, syncs)
             assert all("transferred=1" in o for o in streamed), streamed
+            # An update: both workers hold the version before; one new layer.
+            _build(sim, base, update_mb)
+            update = _image_id(sim, sim.head)
+            with stopwatch() as up_one:
+                out = sim.run_spec(syncs[0])
+            assert "transferred=1" in out, out
+            back_to_base(update)
+            with stopwatch() as up_two:
+                relayed = sim.run_spec(relay)
+                checked = _parallel(sim, syncs)
+            assert f"relayed={workers[0].name},{workers[1].name}" in relayed, relayed
+            assert all("transferred=0" in o for o in checked), checked
+            back_to_base(update)
+            with stopwatch() as up_direct:
+                streamed = _parallel(sim, syncs)
+            assert all("transferred=1" in o for o in streamed), streamed
     finally:
         clear()
-        sim.on(sim.head, f"docker rmi -f {ref} >/dev/null 2>&1 || true")
+        sim.on(sim.head, f"docker rmi -f {ref} {base} >/dev/null 2>&1 || true")
     figures.add("relay_link_mbit", LINK_MBIT, "Mbit/s", "every sim node's egress (tc tbf)")
     figures.add("relay_image_bytes", megabytes * 1024 * 1024, "bytes",
                 "the synthetic image's layer (random bytes)")  # fmt: skip
@@ -114,4 +145,15 @@ def measure(sim: Sim, figures: Figures, megabytes: int = 300) -> None:
         "two_workers_direct_vs_one", direct[0] / one[0], "ratio",
         "both image-sync steps at once, each streaming from the head (before the relay) / "
         "one_worker_s",
+    )  # fmt: skip
+    figures.add(
+        "update_two_workers_vs_one", up_two[0] / up_one[0], "ratio",
+        f"an update adding one {update_mb} MiB layer, both workers holding the version "
+        "before: the relay's one thin stream then both image-sync steps, over image-sync "
+        f"to one worker ({up_two[0]:.1f} s vs {up_one[0]:.1f} s)", "<= 1.3",
+    )  # fmt: skip
+    figures.add(
+        "update_two_workers_direct_vs_one", up_direct[0] / up_one[0], "ratio",
+        "that update by both image-sync steps at once, each sending the new layer from the "
+        f"head (before the thin relay; {up_direct[0]:.1f} s), over one worker's",
     )  # fmt: skip

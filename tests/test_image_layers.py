@@ -96,6 +96,12 @@ def test_the_script_reads_the_layer_files_then_thins_from_stdin(tmp_path: Path) 
     thin = run("thin", paths, json.dumps(L), str(target), data=full)
     names = names_in(thin)
     assert names == [*LEGACY[2:], "config.json", "manifest.json"]
+    # Several targets (the relay's one stream): only what every one of them holds is
+    # left out; here the second holds the first layer only.
+    other = tmp_path / "other"
+    other.write_text(json.dumps(L[:1]) + "\n")
+    thin = run("thin", paths, json.dumps(L), str(target), str(other), data=full)
+    assert names_in(thin) == [*LEGACY[1:], "config.json", "manifest.json"]
 
 
 def test_a_manifest_that_does_not_match_the_image_is_refused() -> None:

@@ -9,8 +9,9 @@ Run on the head, on the host's python3, with the archive on stdin:
         layer files known by their names, checked against manifest.json at the end
     docker save REF | python3 -c SRC paths
         prints the archive's layer files in order (manifest.json's "Layers"), as JSON
-    docker save REF | python3 -c SRC thin PATHS_JSON LAYERS_JSON TARGET_FILE > thin.tar
-        the archive without the layer files the target already holds
+    docker save REF | python3 -c SRC thin PATHS_JSON LAYERS_JSON TARGET_FILE... > thin.tar
+        the archive without the layer files the target already holds (with several
+        targets, that every one of them holds: one stream for all, the image relay)
 
 LAYERS_JSON is the image's diff IDs in order (`docker image inspect` .RootFS.Layers);
 TARGET_FILE holds one such JSON list per line, for every image on the target (a file,
@@ -134,13 +135,14 @@ def main(argv: list[str]) -> int:
         kept, left = thin_all(stdin, stdout, json.loads(argv[1]))
         print(f"image layers: sending none ({kept} bytes; {left} left out)", file=sys.stderr)
         return 0
-    if len(argv) == 4 and argv[0] == "thin":
+    if len(argv) >= 4 and argv[0] == "thin":
         paths, layers = json.loads(argv[1]), json.loads(argv[2])
-        skip = skipped_paths(paths, layers, _target(argv[3]))
+        skip = set.intersection(*(skipped_paths(paths, layers, _target(f)) for f in argv[3:]))
         kept, left = thin(stdin, stdout, skip)
         print(
             f"image layers: sending {len(paths) - len(skip)} of {len(paths)} "
-            f"({kept} bytes; {left} bytes the target holds are left out)",
+            f"({kept} bytes; {left} bytes the target{'s' if len(argv) > 4 else ''} "
+            f"{'all hold' if len(argv) > 4 else 'holds'} are left out)",
             file=sys.stderr,
         )
         return 0

@@ -1,9 +1,17 @@
 """Ray membership probe: which nodes are alive and how many GPUs Ray sees.
 
-Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS`.
+Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS [drain]`.
 Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
 "unexpected": [...], "duplicated": [...], "node_ids": [...],
 "complete": bool}. Exit 0 when complete, 3 when not yet.
+
+`gpus` and `node_ids` count the stack's own nodes only (by cluster IP). With `drain` (the
+wait before the server starts; never a read-back), every other alive node is drained
+(`ray drain-node`, GCS DrainNode: no new task or placement group lands there; those it
+could not drain are listed in `not_drained`): a node
+removed from the config keeps its Ray worker until the end of the `up` that removes it
+(Pulumi deletes what left the program last), and the new server's placement group must
+not put a shard on it.
 """
 
 from __future__ import annotations
@@ -16,7 +24,8 @@ import sys
 def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
     alive = [n for n in nodes if n.get("Alive")]
     ips = [n.get("NodeManagerAddress", "") for n in alive]
-    gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in alive)
+    mine = [n for n in alive if n.get("NodeManagerAddress", "") in expected_ips]
+    gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in mine)
     missing = [ip for ip in expected_ips if ip not in ips]
     unexpected = [ip for ip in ips if ip not in expected_ips]
     # A raylet that died (its node restarted, its container was replaced) stays "alive"
@@ -37,10 +46,30 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
         "unexpected": unexpected,
         "duplicated": duplicated,
         # Raylet IDs change when a Ray process restarts (head restart, worker rejoin): the
-        # model server is bound to the exact set it started on.
-        "node_ids": sorted(n.get("NodeID", "") for n in alive),
+        # model server is bound to the exact set it started on (another node's raylet,
+        # drained, is none of its business).
+        "node_ids": sorted(n.get("NodeID", "") for n in mine),
+        "unexpected_ids": sorted(n.get("NodeID", "") for n in alive if n not in mine),
         "complete": not missing and not duplicated and gpus >= expected_gpus,
     }
+
+
+def drain(node_ids: list) -> list:
+    """Drain these nodes (`ray drain-node`, reason preemption: accepted even when busy);
+    the IDs the GCS accepted."""
+    import subprocess
+
+    done = []
+    for node_id in node_ids:
+        ran = subprocess.run(
+            ["ray", "drain-node", "--node-id", node_id,
+             "--reason", "DRAIN_NODE_REASON_PREEMPTION",
+             "--reason-message", "not one of the stack's nodes (spark-vllm)"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if ran.returncode == 0:
+            done.append(node_id)
+    return done
 
 
 def main(argv: list) -> int:
@@ -54,6 +83,13 @@ def main(argv: list) -> int:
         report["ray_version"] = ray.__version__
     finally:
         ray.shutdown()
+    if argv[3:] == ["drain"] and report["unexpected_ids"]:
+        drained = drain(report["unexpected_ids"])
+        print(f"drained {len(drained)} node(s) not in the stack: {report['unexpected']}",
+              file=sys.stderr)  # fmt: skip
+        # A Ray without `drain-node` (before 2.9) or a refusal blocks nothing: the server
+        # may then land on such a node, as it would have without the drain; said here.
+        report["not_drained"] = sorted(set(report["unexpected_ids"]) - set(drained))
     print(json.dumps(report, sort_keys=True))
     return 0 if report["complete"] else 3
 

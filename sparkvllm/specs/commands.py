@@ -430,19 +430,21 @@ def _relay_hop(targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None
 def image_relay(
     cfg: StackConfig, targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None]
 ) -> CommandSpec:
-    """The first transfer of the image to several workers, leaving the head once: the
-    workers that lack it entirely form a chain, head -> w1 -> w2 -> ..., each loading the
-    stream while passing it on (`_relay_hop`), so every link carries the image once and
-    the whole takes about one transfer's time, not one per worker.
+    """The image to several workers, leaving the head once: the workers that lack it form a
+    chain, head -> w1 -> w2 -> ..., each loading the stream while passing it on
+    (`_relay_hop`), so every link carries it once and the whole takes about one transfer's
+    time, not one per worker.
 
-    Runs on the head before the per-worker `image-sync-*` steps, which then find the image
-    in place (or send what a worker still lacks, and check every node's fingerprint). A
-    worker that holds some of the image's layers (an update) is left to its own step, which
-    sends only the others; so is one without room for it (its step says so), and so is
-    everything when fewer than two workers need the whole image. Best effort: a broken
-    chain fails nothing here. Hops authenticate through the head's forwarded ssh-agent
-    (the key is never written on a worker). Prints `relayed=` (the workers it gave the
-    image to, comma separated).
+    Two or more workers that hold none of the image's layers get it whole; otherwise two
+    or more that hold some (an update: the version before) get one thin stream, without
+    the layers every one of them holds (probes/image_layers.py, as `image-sync` does for
+    one). A worker with the image, one without room for it, and one of a kind when the
+    chain is of the other kind, are left to their own `image-sync-*` steps; so is
+    everything when fewer than two workers are alike. Those steps run after this one,
+    find the image in place (or send what a worker still lacks) and check every node's
+    fingerprint. Best effort: a broken chain fails nothing here. Hops authenticate
+    through the head's forwarded ssh-agent (the key is never written on a worker).
+    Prints `relayed=` (the workers it gave the image to, comma separated).
     """
     ref = cfg.image.local_ref
     q_ref = shlex.quote(ref)
@@ -455,28 +457,40 @@ def image_relay(
         f"src=$({fp} || true)",
         f'[ -n "$src" ] || {fail(f"image {ref} is missing on {cfg.head_node.name}")}',
         *_image_here(ref),
-        "chain=(); names=()",
+        "bare=(); bare_names=(); holders=(); holder_names=()",
     ]
     for i, n in enumerate(targets):
-        # Joins the chain: lacks the image, holds none of its layers, has room for it.
+        # A candidate: lacks the image, has room for it, and holds none of its layers
+        # (bare) or some but not all (a holder; what it holds is kept, in the step's
+        # private folder $cm, for the thin stream).
         lines += [
             f'if [ "$(node{i} {shlex.quote(fp)} || true)" != "$src" ]; then',
             *(f"  {line}" for line in _image_there(ref, f"node{i}")),
-            (
-                '  [ "$held" -gt 0 ] || [ -z "$have" ] || [ "$have" -lt "$need" ] || '
-                f"{{ chain+=({i}); names+=({n.name}); }}"
-            ),
+            '  if [ -n "$have" ] && [ "$have" -ge "$need" ]; then',
+            f'    if [ "$held" -eq 0 ]; then bare+=({i}); bare_names+=({n.name})',
+            '    elif [ "$held" -lt "$total" ]; then',
+            f"      holders+=({i}); holder_names+=({n.name})",
+            f'      printf \'%s\\n\' "$theirs" > "$cm/held.{i}"',
+            "    fi",
+            "  fi",
             "fi",
         ]
     streaming = say(
         f"streaming {ref} {cfg.head_node.name} -> (relayed hop by hop)", '"${names[*]}"'
     )
+    thin = say(f"{ref}: they hold some of its layers; sending the layers not all of them hold")
     broken = say(f"{ref}: the relay did not complete; each worker's own step sends what it lacks")
     no_agent = say(
         f"{ref}: ssh-agent on {cfg.head_node.name} did not take the key (it has a passphrase?); "
         "each worker's own step streams the image from the head"
     )
     lines += [
+        "chain=(); names=(); held_files=()",
+        'if [ "${#bare[@]}" -ge 2 ]; then chain=("${bare[@]}"); names=("${bare_names[@]}")',
+        'elif [ "${#holders[@]}" -ge 2 ]; then',
+        '  chain=("${holders[@]}"); names=("${holder_names[@]}")',
+        '  for i in "${holders[@]}"; do held_files+=("$cm/held.$i"); done',
+        "fi",
         "relayed=",
         'if [ "${#chain[@]}" -ge 2 ]; then',
         '  eval "$(ssh-agent -s)" >/dev/null',
@@ -487,7 +501,18 @@ def image_relay(
         f"  HOP={shlex.quote(hop)}",
         *(f"  {line}" for line in _relay_send(targets)),
         f"  {streaming}",
-        f'  docker save {q_ref} | send "${{chain[@]}}" >&2 || {broken}',
+        '  if [ "${#held_files[@]}" -gt 0 ]; then',
+        f"    {thin}",
+        # The layers none of them lacks are left out; a failed read sends nothing (the
+        # workers' own steps then do).
+        f'    paths=$(docker save {q_ref} | python3 -c "$filter" paths) || paths=',
+        (
+            f'    [ -n "$paths" ] && docker save {q_ref} | python3 -c "$filter" thin '
+            '"$paths" "$mine" "${held_files[@]}" | send "${chain[@]}" >&2 || ' + broken
+        ),
+        "  else",
+        f'    docker save {q_ref} | send "${{chain[@]}}" >&2 || {broken}',
+        "  fi",
         '  for k in "${!chain[@]}"; do',
         f"    got=$(node${{chain[$k]}} {shlex.quote(fp)} || true)",
         '    [ "$got" != "$src" ] || relayed+="${relayed:+,}${names[$k]}"',
@@ -600,7 +625,9 @@ RAY_SETTLE_S = 30
 
 
 def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
-    """Wait until Ray reports every node (by its cluster IP) and every GPU.
+    """Wait until Ray reports every node (by its cluster IP) and every GPU, draining any
+    other node (probes/ray_members.py: one just removed from the config still runs its
+    Ray worker until this `up` ends, and the server must not be placed on it).
 
     Runs on the head, probing from inside the Ray head container (named `ray_head`).
     Prints the membership JSON (nodes, gpus, missing, unexpected).
@@ -614,7 +641,7 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
         node=head,
         create=_probe_loop(
             container=name,
-            args=[ips, str(cfg.total_gpus)],
+            args=[ips, str(cfg.total_gpus), "drain"],
             timeout_s=cfg.timeouts.ray_ready_s,
             what="ray cluster",
             budget_from_env=True,

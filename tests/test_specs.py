@@ -357,13 +357,15 @@ def test_ray_membership(
 
 def test_ray_membership_counts_and_binds_the_stacks_own_nodes_only() -> None:
     """A node that is not the stack's (one just removed from the config) adds no GPU and
-    is not among the raylets the server is bound to; its ID is there to drain it."""
+    is not among the raylets the server is bound to nor in the nodes the health output
+    reports; its ID is there to drain it."""
     nodes = [_ray_node("10.0.0.1", 0), _ray_node("10.0.0.2", 1), _ray_node("10.0.0.3", 1)]
     for i, n in enumerate(nodes):
         n["NodeID"] = f"id{i}"
     report = ray_members.summarize(nodes, ["10.0.0.1", "10.0.0.2"], 2)
     assert report["complete"] is False  # the head's GPU is missing; the third's does not count
-    assert report["gpus"] == 1
+    assert (report["alive"], report["gpus"]) == (2, 1)
+    assert [n["ip"] for n in report["nodes"]] == ["10.0.0.1", "10.0.0.2"]
     assert report["node_ids"] == ["id0", "id1"]
     assert (report["unexpected"], report["unexpected_ids"]) == (["10.0.0.3"], ["id2"])
 

@@ -5,13 +5,13 @@ Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
 "unexpected": [...], "duplicated": [...], "node_ids": [...],
 "complete": bool}. Exit 0 when complete, 3 when not yet.
 
-`gpus` and `node_ids` count the stack's own nodes only (by cluster IP). With `drain` (the
-wait before the server starts; never a read-back), every other alive node is drained
-(`ray drain-node`, GCS DrainNode: no new task or placement group lands there; those it
-could not drain are listed in `not_drained`): a node
-removed from the config keeps its Ray worker until the end of the `up` that removes it
-(Pulumi deletes what left the program last), and the new server's placement group must
-not put a shard on it.
+`alive`, `nodes`, `gpus` and `node_ids` are the stack's own nodes only (by cluster IP);
+the others are in `unexpected`. With `drain` (the wait before the server starts; never a
+read-back), every other alive node is drained (`ray drain-node`, GCS DrainNode: no new
+task or placement group lands there; those it could not drain are listed in
+`not_drained`): a node removed from the config keeps its Ray worker until the end of the
+`up` that removes it (Pulumi deletes what left the program last), and the new server's
+placement group must not put a shard on it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
     # until the GCS misses its heartbeats: two alive raylets on one address is not settled.
     duplicated = sorted({ip for ip in ips if ips.count(ip) > 1})
     return {
-        "alive": len(alive),
+        "alive": len(mine),
         "gpus": gpus,
         "nodes": [
             {
@@ -40,7 +40,7 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
                 "hostname": n.get("NodeManagerHostname", ""),
                 "gpus": float(n.get("Resources", {}).get("GPU", 0)),
             }
-            for n in alive
+            for n in mine
         ],
         "missing": missing,
         "unexpected": unexpected,

@@ -2,8 +2,8 @@
 
 Obtained once on the head; checked there to implement the model's architectures BEFORE
 anything else happens (so a wrong image is never streamed or started); streamed
-node-to-node over the cluster link (to several workers that lack it, relayed hop by hop
-so that it leaves the head once); each node's copy compared by fingerprint and by its
+node-to-node over the cluster link (to several workers that lack it, whole or an update's
+new layers, relayed hop by hop so that it leaves the head once); each node's copy compared by fingerprint and by its
 Python/Ray/vLLM/torch versions. The obtain and stream steps are NodeSteps: a refresh reads
 each node's fingerprint back, so an image removed or replaced under the same tag on a node
 re-runs that node's stream on the next `up`. Containers run the image by its reference
@@ -68,8 +68,8 @@ class SyncedImage(pulumi.ComponentResource):
         # model.
         self.model_checked = gated(self.support, check)
 
-        # Several workers: the first transfer is relayed hop by hop (the image leaves the
-        # head once); each worker's stream step then finds it in place, or sends what that
+        # Several workers: a transfer to those that lack it is relayed hop by hop (the
+        # image, or an update's new layers, leaves the head once); each worker's stream step then finds it in place, or sends what that
         # worker still lacks, and is what a refresh reads back.
         relayed: pulumi.Output[list[str]] = pulumi.Output.from_input([])
         before: list[pulumi.Resource] = [obtain]

@@ -78,7 +78,8 @@ class ImagePlan:
     support_triggers: tuple[str, ...]
     # stdout of the support probe -> its summary; raises ModelSupportError.
     support_verdict: Callable[[str], dict[str, Any]]
-    # The first transfer to two or more workers, relayed hop by hop (None: one worker).
+    # The transfer to two or more workers that lack the image (whole, or an update's new
+    # layers), relayed hop by hop (None: one worker).
     relay: CommandSpec | None
     streams: Mapping[str, CommandSpec]  # worker -> the stream from the head
     versions: Mapping[str, CommandSpec]  # every node -> its versions probe

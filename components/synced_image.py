@@ -1,13 +1,14 @@
 """SyncedImage: one image that implements the model, the same on every node.
 
 Obtained once on the head; checked there to implement the model's architectures BEFORE
-anything else happens (so a wrong image is never streamed or started); streamed
-node-to-node over the cluster link (to several workers that lack it, whole or an update's
-new layers, relayed hop by hop so that it leaves the head once); each node's copy compared by fingerprint and by its
-Python/Ray/vLLM/torch versions. The obtain and stream steps are NodeSteps: a refresh reads
-each node's fingerprint back, so an image removed or replaced under the same tag on a node
-re-runs that node's stream on the next `up`. Containers run the image by its reference
-(`ref`) and wait for `ready_on(node)`, which resolves only when every check passed.
+anything else happens (so a wrong image is never streamed or started); streamed node-to-
+node over the cluster link (to several workers that lack it, whole or an update's new
+layers, relayed hop by hop so that it leaves the head once); each node's copy compared by
+fingerprint and by its Python/Ray/vLLM/torch versions. The obtain and stream steps are
+NodeSteps: a refresh reads each node's fingerprint back, so an image removed or replaced
+under the same tag on a node re-runs that node's stream on the next `up`. Containers run
+the image by its reference (`ref`) and wait for `ready_on(node)`, which resolves only when
+every check passed.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ class SyncedImage(pulumi.ComponentResource):
         self.model_checked = gated(self.support, check)
 
         # Several workers: a transfer to those that lack it is relayed hop by hop (the
-        # image, or an update's new layers, leaves the head once); each worker's stream step then finds it in place, or sends what that
-        # worker still lacks, and is what a refresh reads back.
+        # image, or an update's new layers, leaves the head once); each worker's stream
+        # step then finds it in place, or sends what that worker still lacks, and is what
+        # a refresh reads back.
         relayed: pulumi.Output[list[str]] = pulumi.Output.from_input([])
         before: list[pulumi.Resource] = [obtain]
         if plan.relay is not None:

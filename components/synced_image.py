@@ -1,10 +1,10 @@
 """SyncedImage: one image that implements the model, the same on every node.
 
 Obtained once on the head; checked there to implement the model's architectures BEFORE
-anything else happens (so a wrong image is never streamed or started); streamed node-to-
-node over the cluster link (to several workers that lack it, whole or an update's new
-layers, relayed hop by hop so that it leaves the head once); each node's copy compared by
-fingerprint and by its Python/Ray/vLLM/torch versions. The obtain and stream steps are
+anything else happens (so a wrong image is never streamed or started); streamed
+node-to-node over the cluster link (to several workers that lack it, whole or an update's
+new layers, relayed hop by hop so that it leaves the head once); each node's copy compared
+by fingerprint and by its Python/Ray/vLLM/torch versions. The obtain and stream steps are
 NodeSteps: a refresh reads each node's fingerprint back, so an image removed or replaced
 under the same tag on a node re-runs that node's stream on the next `up`. Containers run
 the image by its reference (`ref`) and wait for `ready_on(node)`, which resolves only when

@@ -370,6 +370,44 @@ def test_ray_membership_counts_and_binds_the_stacks_own_nodes_only() -> None:
     assert (report["unexpected"], report["unexpected_ids"]) == (["10.0.0.3"], ["id2"])
 
 
+@pytest.mark.parametrize(
+    ("mode", "rc", "drained", "not_drained"),
+    [
+        (["drain"], 0, ["id2"], []),
+        ([], 0, [], []),  # the read-back: only reads
+        (["drain"], 1, ["id2"], ["id2"]),  # a Ray without drain-node: said, not blocking
+    ],
+)
+def test_the_wait_drains_the_nodes_that_are_not_the_stacks_and_a_read_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    mode: list[str], rc: int, drained: list[str], not_drained: list[str],
+) -> None:  # fmt: skip
+    """The probe's main on a stand-in `ray` module (three alive nodes, the third not the
+    stack's) and a stand-in `ray` CLI that logs its arguments."""
+    import sys
+    import types
+
+    nodes = [_ray_node("10.0.0.1", 1), _ray_node("10.0.0.2", 1), _ray_node("10.0.0.3", 1)]
+    for i, n in enumerate(nodes):
+        n["NodeID"] = f"id{i}"
+    fake = types.SimpleNamespace(init=lambda **_k: None, shutdown=lambda: None,
+                                 nodes=lambda: nodes, __version__="2.60.0")  # fmt: skip
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    log = tmp_path / "ray.log"
+    cli = tmp_path / "ray"
+    cli.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit {rc}\n')
+    cli.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert ray_members.main(["-", "10.0.0.1,10.0.0.2", "2", *mode]) == 0
+    report = json.loads(capsys.readouterr().out)
+    calls = log.read_text().splitlines() if log.exists() else []
+    assert [c.split()[2] for c in calls] == drained
+    for c in calls:
+        assert c.startswith("drain-node --node-id ") and "DRAIN_NODE_REASON_PREEMPTION" in c
+    assert report["complete"] is True and report["unexpected"] == ["10.0.0.3"]
+    assert report.get("not_drained", []) == not_drained
+
+
 def test_health_report_needs_the_served_model_and_a_smoke_answer() -> None:
     ray_out = "progress line\n" + json.dumps(
         {"alive": 2, "gpus": 2.0, "nodes": [{"ip": "b"}, {"ip": "a"}]}

@@ -18,7 +18,7 @@ import time
 from sim.cluster import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
-from sim.settings import DEFAULT_SUBNET, REPO_ROOT, StatePaths
+from sim.settings import DEFAULT_SUBNET, REPO_ROOT, SIM_STACK, StatePaths
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -70,14 +70,14 @@ def _stack_alias(command: str, cluster: Cluster) -> int:
     from sparkvllm.specs.containers import LABEL_PREFIX
 
     if command == "drift":
-        return drift.main(["--stack", "sim"])
+        return drift.main(["--stack", SIM_STACK])
     if command == "destroy":
-        return engine(["destroy", "--stack", "sim"])
+        return engine(["destroy", "--stack", SIM_STACK])
     cluster.up(2)
-    if not any(StateFile(REPO_ROOT, "sim").load()):
+    if not any(StateFile(REPO_ROOT, SIM_STACK).load()):
         # Containers that no state knows of (a deleted state) would block the creates.
-        cluster.remove_inner_containers(f"{LABEL_PREFIX}.stack=sim")
-    return engine(["up", "--stack", "sim"])
+        cluster.remove_inner_containers(f"{LABEL_PREFIX}.stack={SIM_STACK}")
+    return engine(["up", "--stack", SIM_STACK])
 
 
 if __name__ == "__main__":

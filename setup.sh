@@ -27,4 +27,8 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/pip install -q -r requirements.txt
+# The project itself, editable: `components` and `sparkvllm` import from any folder (a
+# Pulumi project of the user's, and Pulumi's provider host, which runs in the program's
+# folder and sees only it and the virtualenv). A user's own venv: `pip install PATH`.
+.venv/bin/pip install -q --no-deps -e .
 echo "setup: done (.venv ready; Docker engine installed, started on demand by 'python -m sim up')"

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from bench.figures import Figures, stopwatch
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import weights
-from sparkvllm.specs.commands import CommandSpec, image_sync, ssh_to_node_prelude
+from sparkvllm.specs.commands import (
+    CommandSpec,
+    env_assignments,
+    image_sync,
+    peer_env,
+    ssh_to_node_prelude,
+)
 from sparkvllm.specs.output import key_values
 from sparkvllm.workstation import SshAccess
 from tests import sim_stack as stack
@@ -55,12 +61,12 @@ class Sim:
         """`pipe` run on the head, where `remote CMD` runs CMD on the worker (the program's
         own prelude: the key on stdin, the host key checked)."""
         target = next(n for n in self.cfg.nodes if n.name == self.worker)
-        lines = [
-            *ssh_to_node_prelude(self.cfg, target, self.access.host_keys.get(self.worker)),
-            pipe,
-        ]
+        lines = [*ssh_to_node_prelude(self.cfg, target), pipe]
+        env = env_assignments(peer_env(target, self.access.host_keys.get(self.worker)))
         return self.on(
-            self.head, f"bash -c {shlex.quote(chr(10).join(lines))}", stdin=self.access.private_key
+            self.head,
+            f"{env}bash -c {shlex.quote(chr(10).join(lines))}",
+            stdin=self.access.private_key,
         )
 
 

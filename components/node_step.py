@@ -19,8 +19,9 @@ NodeStep, whose lifecycle is:
   it again (a judgement in an apply of the program would leave the failed output recorded,
   read back unchanged by every later run).
 
-Downstream resources take `generation` (known in preview unless the step is replaced), so
-re-running a step re-creates what was built on it, and nothing else.
+Downstream resources take `generation`, read from the step's ID (known in preview unless
+the step is created or replaced), so re-running a step re-creates what was built on it, and
+nothing else.
 """
 
 from __future__ import annotations
@@ -44,20 +45,20 @@ from pulumi.dynamic import (
 )
 
 from sparkvllm.remote import ConnectionFiles, run_ssh
-from sparkvllm.specs.commands import CommandSpec
+from sparkvllm.specs.commands import CommandSpec, env_assignments
 from sparkvllm.specs.output import key_values, last_json
 from sparkvllm.specs.plans import JumpAccess
 from sparkvllm.specs.ssh import SshTarget
 
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
 # not: a new read command changes no plan, and is recorded when the step next runs.
-_DEFINING = ("create", "stdin", "stdin_identity", "state_key", "triggers", "host", "port",
-             "read_host", "read_port")  # fmt: skip
-# How the node is reached (user, host key, key file, jump host): a change re-runs nothing,
-# but it is recorded (an update that runs no command), because a refresh reads the step
-# back with what the state holds: a node moved behind a bastion is read through it.
-_ACCESS = ("user", "host_key", "identity_file", "jump", "read_user", "read_host_key",
-           "read_jump", "read_identity_file", "stdin_file")  # fmt: skip
+_DEFINING = ("create", "stdin", "stdin_identity", "state_key", "triggers", "host", "read_host")
+# How the node is reached (user, port, host key, key file, jump host, and the run-time
+# `env` of a head-to-worker step: the worker's user, port and host key): a change re-runs
+# nothing, but it is recorded (an update that runs no command), because a refresh reads
+# the step back with what the state holds: a node moved behind a bastion is read through it.
+_ACCESS = ("user", "port", "host_key", "identity_file", "jump", "read_user", "read_port",
+           "read_host_key", "read_jump", "read_identity_file", "stdin_file", "env")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,12 @@ def _run(
         # A secret the workstation wrote (the hf_token): absent when the stack has none.
         secret = Path(str(props["stdin_file"])).expanduser()
         stdin = secret.read_text() if secret.exists() else ""
-    # A wait budget is passed at run time ($WAIT_S), so a new budget is not a new step.
-    env = f"WAIT_S={int(props['wait_s'])} " if props.get("wait_s") and not prefix else ""
+    # Passed at run time, so a new value is not a new step: a wait budget ($WAIT_S), how
+    # a head-to-worker step reaches its worker (`env`, CommandSpec.env).
+    env = ""
+    if not prefix:
+        values = [("WAIT_S", str(int(props["wait_s"])))] if props.get("wait_s") else []
+        env = env_assignments([*values, *sorted((props.get("env") or {}).items())])
     result = run_ssh(
         reach.target(), f"{env}bash -c {shlex.quote(command)}", stdin=stdin, timeout=timeout
     )
@@ -230,7 +235,15 @@ class NodeStep(Resource):
         }  # fmt: skip
         if other.identity_file != reach.identity_file:
             props["read_identity_file"] = other.identity_file
+        if spec.env:  # only where there is one: other steps' inputs stay as they were
+            props["env"] = dict(spec.env)
         if spec.stdin_secret == "hf_token":
             # Where the secret is, not the secret: the value never enters the state.
             props["stdin_file"] = stdin_file
         super().__init__(NodeStepProvider(judge=check), spec.name, props, opts)
+        # The generation as the ID carries it (`<step>-<generation>`): an update (only the
+        # access changed) keeps the ID known in preview (pulumi step.go UpdateStep.Apply
+        # propagates it "even in previews"), while every output of a dynamic provider's
+        # update is unknown there (provider_plugin.go: the inputs stand in for the outputs,
+        # and `generation` is not an input). A create or replace: unknown, as it must be.
+        self.generation = self.id.apply(lambda id_: str(id_).rsplit("-", 1)[-1])

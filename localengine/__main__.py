@@ -1,7 +1,7 @@
 """The local engine's command line: the stand-in for `pulumi` where the CLI cannot run.
 
     python -m localengine up|preview|refresh|destroy --stack NAME
-        [--refresh] [--expect-no-changes] [--replace URN]... [--json]
+        [--refresh] [--expect-no-changes] [--replace URN]... [--parallel N] [--json]
     python -m localengine output --stack NAME [--json] [--show-secrets]
         (the stack's outputs from its state, as `pulumi stack output` prints them)
 
@@ -53,6 +53,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--expect-no-changes", action="store_true", help="exit 7 if anything changes")
     p.add_argument("--replace", action="append", default=[], metavar="URN",
                    help="replace this resource even if its inputs did not change")  # fmt: skip
+    p.add_argument("--parallel", "-p", type=int, default=None, metavar="N",
+                   help="at most N resource operations at once (default: 4 per CPU, "
+                   "or PULUMI_PARALLEL)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show-secrets", action="store_true", help="output: show secret values")
     p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     log = (lambda _m: None) if args.json else (lambda m: print(m, flush=True))
     result = run(
         args.operation, args.stack, args.cwd, refresh=args.refresh,
-        replace_urns=frozenset(args.replace), log=log,
+        replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
     )  # fmt: skip
     if args.json:
         print(json.dumps(result.as_json(), indent=2, sort_keys=True, default=str))

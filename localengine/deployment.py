@@ -28,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,11 +39,12 @@ from localengine.providers.base import (
     PartialCreate,
     Provider,
     ProviderError,
+    ReadResult,
     Transport,
 )
 from localengine.providers.command import CommandProvider
-from localengine.providers.dynamic import DynamicProvider
-from localengine.state import PROJECT, ResourceState, StateFile
+from localengine.providers.dynamic import DynamicProvider, PluginContext
+from localengine.state import ResourceState, StateFile
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PROVIDER_PREFIX = "pulumi:providers:"
@@ -74,7 +76,7 @@ class Counters:
     reads: int = 0
 
 
-def make_urn(stack: str, parent: str, typ: str, name: str) -> str:
+def make_urn(stack: str, project: str, parent: str, typ: str, name: str) -> str:
     """deployment.go generateURN: the parent's qualified type prefixes the type, unless the
     parent is the root stack."""
     qualified = typ
@@ -82,7 +84,7 @@ def make_urn(stack: str, parent: str, typ: str, name: str) -> str:
         parent_type = parent.split("::")[2]
         if parent_type != STACK_TYPE:
             qualified = f"{parent_type}${typ}"
-    return f"urn:pulumi:{stack}::{PROJECT}::{qualified}::{name}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
 
 
 def _key(res: ResourceState) -> str:
@@ -105,11 +107,19 @@ class Deployment:
         preview: bool,
         log: Callable[[str], None] = print,
         replace_urns: frozenset[str] = frozenset(),
-        provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
+        provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
+        plugins: PluginContext | None = None,
+        parallel: int = 8,
     ):
         self.state_file = state
+        self.plugins = plugins
+        # step_executor.go: `parallel` workers carry out the steps (create, update, delete,
+        # and a refresh's reads); Check and Diff run in the step generator, unbounded.
+        self.parallel = max(1, parallel)
+        self._workers = threading.BoundedSemaphore(self.parallel)
         self._factory = provider_factory
         self.stack = state.stack
+        self.project = state.project
         self.transport = transport
         self.preview = preview
         self.log = log
@@ -214,13 +224,19 @@ class Deployment:
 
     def _provider_instance(self, pkg: str, inputs: dict[str, Any]) -> Provider:
         if self._factory is not None:
-            return self._factory(pkg, inputs)
+            made = self._factory(pkg, inputs)
+            if made is not None:  # None: the engine's own provider for this package
+                return made
         if pkg == "command":
             return CommandProvider(self.transport)
         if pkg == "docker":
             return docker.DockerProvider(self.transport, inputs)
         if pkg == "pulumi-python":
-            return DynamicProvider()
+            if self.plugins is None:
+                raise EngineError(
+                    "a dynamic provider needs the program's folder (no plugin context)"
+                )
+            return DynamicProvider(self.plugins)
         raise EngineError(f"the local engine does not model provider package {pkg!r}")
 
     def _default_provider(self, typ: str, version: str) -> str:
@@ -232,7 +248,7 @@ class Deployment:
                 f"the local engine does not model resources of package {pkg!r} ({typ})"
             )
         name = "default" + (f"_{version.replace('.', '_')}" if version else "")
-        urn = make_urn(self.stack, "", f"{PROVIDER_PREFIX}{pkg}", name)
+        urn = make_urn(self.stack, self.project, "", f"{PROVIDER_PREFIX}{pkg}", name)
         with self._lock:
             existing = self.current.get(urn)
             if urn not in self.registered:
@@ -249,21 +265,37 @@ class Deployment:
     # --- refresh --------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Read every resource back; a gone one leaves the state (its dependents stay, with
-        the edges to it pruned). A read error does not stop the other reads; the refresh
-        fails at the end (deployment_executor.go refresh, ignoreErrors)."""
-        errors = []
-        for key, res in list(self.current.items()):
-            if not res.custom or res.type.startswith(PROVIDER_PREFIX):
-                continue
+        """Read every resource back, `parallel` reads at a time (the engine runs a
+        refresh's steps in parallel: deployment_executor.go refresh, one RefreshStep per
+        resource through the step executor); the results are applied in state order. A
+        gone one leaves the state (its dependents stay, with the edges to it pruned). A read
+        error does not stop the other reads; the refresh fails at the end (ignoreErrors)."""
+        targets = [
+            (key, res)
+            for key, res in list(self.current.items())
+            if res.custom and not res.type.startswith(PROVIDER_PREFIX)
+        ]
+
+        def read(res: ResourceState) -> tuple[ReadResult | ProviderError, float]:
             started = time.monotonic()
-            self.counters.reads += 1
-            try:
-                got = self.provider_for(res).read(res.type, res.id, res.inputs, res.outputs)
-            except ProviderError as e:
-                errors.append(f"refresh {res.name}: {e}")
+            with self._workers:
+                with self._lock:
+                    self.counters.reads += 1
+                try:
+                    got: ReadResult | ProviderError = self.provider_for(res).read(
+                        res.type, res.id, res.inputs, res.outputs
+                    )
+                except ProviderError as e:
+                    got = e
+            return got, time.monotonic() - started
+
+        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+            results = list(pool.map(lambda kr: read(kr[1]), targets))
+        errors = []
+        for (key, res), (got, seconds) in zip(targets, results, strict=True):
+            if isinstance(got, ProviderError):
+                errors.append(f"refresh {res.name}: {got}")
                 continue
-            seconds = time.monotonic() - started
             if got.id is None:
                 self.refresh_steps.append(Step(res.urn, "delete", seconds=seconds))
                 self.log(f"  refresh: {res.name} is gone")
@@ -280,6 +312,15 @@ class Deployment:
             self._put(replace(res, id=got.id, inputs=got.inputs, outputs=got.outputs))
         if errors:
             raise EngineError("; ".join(errors))
+
+    def close(self) -> None:
+        """Stop the provider hosts this run started (the engine closes its plugins)."""
+        with self._lock:
+            providers, self._providers = list(self._providers.values()), {}
+        for provider in providers:
+            close = getattr(provider, "close", None)
+            if close is not None:
+                close()
 
     def _prune(self, gone: str) -> None:
         with self._lock:
@@ -308,7 +349,8 @@ class Deployment:
 
         for spec in specs:
             p = "" if spec.get("noParent") else str(spec.get("parentUrn") or parent)
-            add(make_urn(str(spec.get("stack") or self.stack), p, str(spec.get("type") or typ),
+            stack = str(spec.get("stack") or self.stack)
+            add(make_urn(stack, self.project, p, str(spec.get("type") or typ),
                          str(spec.get("name") or name)))  # fmt: skip
         parent_name = parent.rsplit("::", 1)[-1] if parent else ""
         for old_parent in self.aliases_of.get(parent, []):
@@ -316,7 +358,7 @@ class Deployment:
             for alias_name in [name, *(str(s.get("name") or name) for s in specs)]:
                 if parent_name and alias_name.startswith(parent_name):
                     alias_name = old_parent_name + alias_name[len(parent_name) :]
-                add(make_urn(self.stack, old_parent, typ, alias_name))
+                add(make_urn(self.stack, self.project, old_parent, typ, alias_name))
         return out
 
     def _claim_old(self, urn: str, aliases: list[str]) -> ResourceState | None:
@@ -335,7 +377,7 @@ class Deployment:
         return None
 
     def register_component(self, typ: str, name: str, parent: str, aliases: list[str]) -> str:
-        urn = make_urn(self.stack, parent, typ, name)
+        urn = make_urn(self.stack, self.project, parent, typ, name)
         with self._lock:
             old = self._claim_old(urn, aliases)
             was = [old.urn] if old and old.urn != urn else []
@@ -376,7 +418,7 @@ class Deployment:
     ) -> tuple[str, str, dict[str, Any]]:
         """Decide and carry out the step for one custom resource; returns (urn, id, outputs).
         `delete_before_replace` None: the option is not set (the provider decides)."""
-        urn = make_urn(self.stack, parent, typ, name)
+        urn = make_urn(self.stack, self.project, parent, typ, name)
         self._begin(name)
         started = time.monotonic()
         error: BaseException | None = None
@@ -449,7 +491,9 @@ class Deployment:
             keys = wire.changed_keys(old.inputs, inputs)
             op, new.id = ("update" if keys else "same"), old.id
         with self._lock:
-            self._providers.pop(f"{new.urn}::{new.id}", None)  # configure with the new config
+            stale = self._providers.pop(f"{new.urn}::{new.id}", None)  # the new config
+            if stale is not None and hasattr(stale, "close"):
+                stale.close()
             self._step(Step(new.urn, op, keys, time.monotonic() - started))
             self._put(new, replacing=old.urn if old else None)
         return new.urn, new.id, new.outputs
@@ -535,7 +579,8 @@ class Deployment:
             with self._lock:
                 self.counters.writes += 1
         try:
-            return fn()
+            with self._workers:
+                return fn()
         except PartialCreate:
             raise
         except ProviderError as e:

@@ -1,38 +1,87 @@
-"""The resource monitor the program talks to: each RegisterResource becomes a step of the
-Deployment, whose answer (URN, ID, outputs) goes back to the program. It stands where the
-Pulumi CLI's monitor stands; the Python SDK calls it in-process (its mock-monitor hook),
-from worker threads, so independent steps run in parallel as the engine runs them."""
+"""The engine's two gRPC services the program talks to, as the Pulumi CLI serves them
+(pulumi/pulumi v3.259.0 `pkg/resource/deploy/source_eval.go` resmon, `pkg/engine/...`
+engine server; the protocol is `proto/pulumi/resource.proto` and `engine.proto`):
+
+- ResourceMonitor: each RegisterResource becomes a step of the Deployment, whose answer
+  (URN, ID, outputs) goes back to the program; RegisterResourceOutputs records a
+  component's (and the stack's) outputs; GetDeploymentInfo says which features the
+  monitor supports. Every call comes from the program's own process (langhost.py), on a
+  thread of this server, so independent steps run in parallel as the engine runs them.
+- Engine: Log (the program's diagnostics, e.g. the language host's "Program failed ..."),
+  GetRootResource / SetRootResource (the stack resource's URN).
+"""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import grpc
 from google.protobuf import empty_pb2, json_format
-from pulumi.runtime.mocks import MockCallArgs, MockMonitor, MockResourceArgs, Mocks
-from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.proto import (
+    engine_pb2,
+    engine_pb2_grpc,
+    resource_pb2,
+    resource_pb2_grpc,
+)
 
 from localengine import wire
 from localengine.deployment import STACK_TYPE, Deployment, EngineError
 
-
-class _Refuse(Mocks):
-    def new_resource(self, args: MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
-        raise EngineError(f"{args.name}: reading existing resources ({args.typ}) is not modelled")
-
-    def call(self, args: MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
-        raise EngineError(f"the local engine does not model the invoke {args.token}")
-
-
 # Options the engine would honour but this program never sets: refused, not ignored.
 _UNMODELLED = ("protect", "retainOnDelete", "deletedWith", "replace_with", "importId", "remote")
 
+# What the monitor says it supports (GetDeploymentInfo). The SDK refuses, in the program,
+# an option whose feature is missing (transforms, hooks, parameterized packages); the
+# options below are accepted by the SDK and refused here by name when a program sets them.
+FEATURES = (
+    resource_pb2.RESOURCE_MONITOR_FEATURE_SECRETS,
+    resource_pb2.RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES,
+    resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS,
+    resource_pb2.RESOURCE_MONITOR_FEATURE_DELETED_WITH,
+    resource_pb2.RESOURCE_MONITOR_FEATURE_REPLACEMENT_TRIGGER,
+    resource_pb2.RESOURCE_MONITOR_FEATURE_REPLACE_WITH,
+)
+_LEGACY = {"secrets", "resourceReferences", "aliasSpecs", "deletedWith"}
 
-class EngineMonitor(MockMonitor):
-    def __init__(self, deployment: Deployment):
-        super().__init__(_Refuse())
-        self.deployment = deployment
 
-    def RegisterResource(self, request: Any) -> Any:
+def _refuse(context: Any, fn: Callable[[], Any]) -> Any:
+    """An engine error goes back to the program as the call's status, in one line."""
+    try:
+        return fn()
+    except (EngineError, wire.UnsupportedValue) as e:
+        context.abort(grpc.StatusCode.UNKNOWN, str(e))
+
+
+class EngineMonitor(resource_pb2_grpc.ResourceMonitorServicer):
+    """`deployment` is set once the run's Deployment exists (it needs the services'
+    address for its provider hosts)."""
+
+    deployment: Deployment
+
+    def GetDeploymentInfo(self, request: Any, context: Any) -> Any:
+        return resource_pb2.DeploymentInfo(supportedFeatures=list(FEATURES))
+
+    def SupportsFeature(self, request: Any, context: Any) -> Any:
+        return resource_pb2.SupportsFeatureResponse(hasSupport=request.id in _LEGACY)
+
+    def Invoke(self, request: Any, context: Any) -> Any:
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"the local engine does not model the invoke {request.tok}",
+        )
+
+    def ReadResource(self, request: Any, context: Any) -> Any:
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"{request.name}: reading existing resources ({request.type}) is not modelled",
+        )
+
+    def RegisterResource(self, request: Any, context: Any) -> Any:
+        return _refuse(context, lambda: self._register(request))
+
+    def _register(self, request: Any) -> Any:
         dep = self.deployment
         if request.type == STACK_TYPE:
             urn = dep.register_component(request.type, request.name, "", [])
@@ -86,9 +135,45 @@ class EngineMonitor(MockMonitor):
         ]
         return urns + self.deployment.alias_urns(request.parent, request.type, request.name, specs)
 
-    def RegisterResourceOutputs(self, request: Any) -> Any:
+    def SignalAndWaitForShutdown(self, request: Any, context: Any) -> Any:
+        """The program is done registering. Nothing to wait for: each RegisterResource
+        answered when its step was done."""
+        return empty_pb2.Empty()
+
+    def RegisterResourceOutputs(self, request: Any, context: Any) -> Any:
+        return _refuse(context, lambda: self._outputs(request))
+
+    def _outputs(self, request: Any) -> Any:
         self.deployment.component_outputs(request.urn, wire.from_struct(request.outputs))
         return empty_pb2.Empty()
 
-    def ReadResource(self, request: Any) -> Any:
-        raise EngineError(f"{request.name}: reading existing resources is not modelled")
+
+class EngineService(engine_pb2_grpc.EngineServicer):
+    """Log lines of the program go to `log` (errors also to `errors`, the run's first
+    one reported as its error)."""
+
+    def __init__(self, log: Callable[[str], None]):
+        self.log = log
+        self.errors: list[str] = []
+        self._root = ""
+        self._lock = threading.Lock()
+
+    def Log(self, request: Any, context: Any) -> Any:
+        message = request.message.rstrip("\n")
+        if request.severity == engine_pb2.ERROR:
+            with self._lock:
+                self.errors.append(message)
+            self.log(f"error: {message}")
+        elif request.severity in (engine_pb2.WARNING, engine_pb2.INFO):
+            prefix = "warning: " if request.severity == engine_pb2.WARNING else ""
+            self.log(f"{prefix}{message}")
+        return empty_pb2.Empty()
+
+    def GetRootResource(self, request: Any, context: Any) -> Any:
+        with self._lock:
+            return engine_pb2.GetRootResourceResponse(urn=self._root)
+
+    def SetRootResource(self, request: Any, context: Any) -> Any:
+        with self._lock:
+            self._root = request.urn
+        return engine_pb2.SetRootResourceResponse()

@@ -15,8 +15,11 @@ from typing import Any
 
 from localengine import wire
 from localengine.deployment import Deployment, EngineError, Step
-from localengine.program import project_file, run_program
+from localengine.langhost import ProgramError, Services, default_parallel
+from localengine.monitor import EngineMonitor, EngineService
+from localengine.program import StackConfigError, project_file, run_program
 from localengine.providers.base import Provider, Transport
+from localengine.providers.dynamic import PluginContext
 from localengine.state import StateFile
 from sparkvllm.remote import run_ssh
 
@@ -93,22 +96,36 @@ def run(
     replace_urns: frozenset[str] = frozenset(),
     transport: Transport = run_ssh,
     log: Callable[[str], None] = print,
-    provider_factory: Callable[[str, dict[str, Any]], Provider] | None = None,
+    provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
     config: dict[str, Any] | None = None,
     secret_keys: list[str] | None = None,
+    parallel: int | None = None,
 ) -> Result:
     """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
-    `pulumi config set`)."""
+    `pulumi config set`). `parallel`: at most this many steps at once (the CLI's
+    --parallel; default its default, four per CPU)."""
     started = time.monotonic()
     preview = operation == "preview"
-    state = StateFile(project_dir, stack)
+    parallel = parallel or default_parallel()
+    try:
+        project = project_file(project_dir)
+        state = StateFile(project_dir, stack)
+    except StackConfigError as e:
+        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
+    # The engine's gRPC services for this run: the program's resource monitor and the
+    # engine service (whose address the provider hosts also get).
+    monitor, engine = EngineMonitor(), EngineService(log)
+    services = Services(monitor, engine)
     try:
         deployment = Deployment(
             state, transport, preview=preview, log=log, replace_urns=replace_urns,
-            provider_factory=provider_factory,
+            provider_factory=provider_factory, parallel=parallel,
+            plugins=PluginContext(project_dir, project, services.address),
         )  # fmt: skip
     except EngineError as e:
+        services.stop()
         return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
+    monitor.deployment = deployment
     do_refresh = refresh if refresh is not None else refresh_default(project_dir)
     error = ""
     with _interruptible(deployment):
@@ -123,15 +140,21 @@ def run(
                 if do_refresh:
                     deployment.refresh()
                 try:
-                    run_program(project_dir, stack, deployment, config, secret_keys)
+                    run_program(
+                        project_dir, stack, deployment, services, engine, config, secret_keys,
+                        parallel,
+                    )  # fmt: skip
                 except BaseException as e:  # the program's or a step's error
                     deployment.halt(str(e))
                     raise
                 finally:
                     deployment.wait_idle()
                 deployment.finish()
-        except Exception as e:  # reported as the run's error, one line first
+        except (Exception, ProgramError) as e:  # reported as the run's error, one line first
             error = deployment.failed() or str(e)
+        finally:
+            services.stop()
+            deployment.close()
         if deployment.interrupted and not error:
             error = "interrupted: steps in flight finished and are recorded"
     counts = {op: sum(1 for s in deployment.steps if s.op == op) for op in OPS}

@@ -1,33 +1,26 @@
-"""Run the project's Pulumi program (`__main__.py`) against the engine's monitor, with the
-stack's config as the Pulumi CLI would pass it: `project:key` -> string (structured values as
-JSON), and the secret keys named."""
+"""Run the project's Pulumi program against the engine's monitor, with the stack's config as
+the Pulumi CLI would pass it: `project:key` -> string (structured values as JSON), and the
+secret keys named. The program runs in a process of its own (langhost.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import pickle
-import runpy
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import yaml
-from pulumi.runtime import settings as runtime_settings
 
 from localengine.deployment import Deployment
-from localengine.monitor import EngineMonitor
-from localengine.state import PROJECT
+from localengine.langhost import (
+    ProgramError,
+    Services,
+    default_parallel,
+    run_program_process,
+)
+from localengine.monitor import EngineService
+from localengine.project import StackConfigError, project_file
 
-
-class StackConfigError(Exception):
-    """The stack's config file cannot be used by the local engine."""
-
-
-def project_file(project_dir: Path) -> dict[str, Any]:
-    return yaml.safe_load((project_dir / "Pulumi.yaml").read_text()) or {}
+__all__ = ["ProgramError", "StackConfigError", "project_file", "run_program", "stack_config"]
 
 
 def stack_config(
@@ -46,11 +39,13 @@ def stack_config(
                 f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack"
             )
         config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-    secrets = {k if ":" in k else f"{PROJECT}:{k}" for k in secret_keys or []}
-    config = apply_project_config(project_file(project_dir), stack, config, secrets)
+    project = project_file(project_dir)
+    name = str(project["name"])
+    secrets = {k if ":" in k else f"{name}:{k}" for k in secret_keys or []}
+    config = apply_project_config(project, stack, config, secrets)
     values: dict[str, str] = {}
     for key, value in config.items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
+        full = key if ":" in key else f"{name}:{key}"
         if isinstance(value, dict) and set(value) == {"secure"}:
             raise StackConfigError(
                 f"{stack}: {key} is an encrypted `secure:` value, which only the Pulumi CLI "
@@ -108,7 +103,7 @@ def apply_project_config(
     declared key missing on the stack takes its `default` or `value` or is reported missing
     (pkg/workspace/config.go mergeConfig), and each typed key's value is checked against
     its type (validateStackConfigValue). Keys: with or without the project's namespace."""
-    name = str(project.get("name") or PROJECT)
+    name = str(project.get("name"))
     declared = project.get("config") or {}
     if not isinstance(declared, dict):
         raise StackConfigError("Pulumi.yaml: `config:` must be a map of keys to declarations")
@@ -197,49 +192,36 @@ def apply_project_config(
     return merged
 
 
-@contextlib.contextmanager
-def own_process_pickler() -> Iterator[None]:
-    """As if the program ran in a process of its own (as the Python language host runs it).
-
-    pulumi.dynamic's serialize_provider patches pickle's pure-Python Pickler for every
-    dynamic resource and never undoes it: each patch wraps the one before. Harmless in a
-    fresh process per program; the local engine runs programs in-process, one after
-    another, where the wrappers would pile up until RecursionError. The patch is undone
-    after each run."""
-    saved = {k: pickle._Pickler.__dict__[k] for k in ("_batch_setitems", "save_dict")}
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            setattr(pickle._Pickler, key, value)
-
-
 def run_program(
     project_dir: Path,
     stack: str,
     deployment: Deployment,
+    services: Services,
+    engine: EngineService,
     config: dict[str, Any] | None = None,
     secret_keys: list[str] | None = None,
+    parallel: int | None = None,
 ) -> None:
-    """Run `__main__.py` with every registration going to `deployment`."""
+    """Run the project's program in its own process (langhost.py), every registration
+    going to `deployment` through `services`; raises ProgramError when it fails."""
+    project = project_file(project_dir)
     values, secret_keys = stack_config(project_dir, stack, config, secret_keys)
-    pulumi.runtime.set_all_config(values, secret_keys)
-    runtime_settings.ROOT.set(None)  # a fresh root stack resource for this run
-    monitor = EngineMonitor(deployment)
-    pulumi.runtime.set_mocks(
-        monitor.mocks, project=PROJECT, stack=stack, preview=deployment.preview, monitor=monitor
-    )
-    if str(project_dir) not in sys.path:
-        sys.path.insert(0, str(project_dir))
+    code = run_program_process(
+        project_dir, project, stack, services, config=values, secret_keys=secret_keys,
+        dry_run=deployment.preview, parallel=parallel or default_parallel(),
+        log=deployment.log,
+    )  # fmt: skip
+    if code != 0:
+        raise ProgramError(_one_line(engine.errors) or f"the program exited with code {code}")
 
-    @pulumi.runtime.test
-    def program() -> pulumi.Output[Any]:
-        runpy.run_path(str(project_dir / "__main__.py"), run_name="__main__")
-        root = runtime_settings.get_root_resource()
-        assert isinstance(root, pulumi.ComponentResource)
-        outputs = dict(getattr(root, "outputs", {}))
-        root.register_outputs(outputs)
-        return pulumi.Output.from_input(True)
 
-    with own_process_pickler():
-        program()
+def _one_line(errors: list[str]) -> str:
+    """The program's first error in one line: its first line, and for a traceback (the
+    language host's "Program failed with an unhandled exception:") the exception itself,
+    its last line (the whole of it was logged)."""
+    if not errors:
+        return ""
+    lines = [line for line in errors[0].splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].rstrip().endswith(":"):
+        return f"{lines[0].strip()} {lines[-1].strip()}"
+    return lines[0].strip() if lines else ""

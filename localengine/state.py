@@ -24,8 +24,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 
 from localengine import wire
-
-PROJECT = "spark-vllm"
+from localengine.project import project_name
 
 
 @dataclass
@@ -83,8 +82,10 @@ def backend_dir(project_dir: Path) -> Path:
 class StateFile:
     """Reads and writes one stack's checkpoint. Thread-safe: steps run in parallel."""
 
-    def __init__(self, project_dir: Path, stack: str):
-        base = backend_dir(project_dir) / ".pulumi" / "stacks" / PROJECT
+    def __init__(self, project_dir: Path, stack: str, project: str | None = None):
+        """`project`: the project's name (default: Pulumi.yaml's in `project_dir`)."""
+        self.project = project or project_name(project_dir)
+        base = backend_dir(project_dir) / ".pulumi" / "stacks" / self.project
         self.path = base / f"{stack}.json"
         self.stack = stack
         self._key_file = base / f"{stack}.key"
@@ -173,7 +174,7 @@ class StateFile:
             data = {
                 "version": 3,
                 "checkpoint": {
-                    "stack": f"organization/{PROJECT}/{self.stack}",
+                    "stack": f"organization/{self.project}/{self.stack}",
                     "latest": {
                         "manifest": {"magic": "", "version": "localengine"},
                         "secrets_providers": provider,

@@ -420,8 +420,9 @@ class Cluster:
         nodes are gone, so is what it recorded of them (`pulumi stack rm --force` after the
         machines are wiped). A stack deployed with the Pulumi CLI keeps its own state."""
         from localengine.state import StateFile
+        from sparkvllm.config import PROJECT
 
-        state = StateFile(self.paths.root.parent, SIM_STACK)
+        state = StateFile(self.paths.root.parent, SIM_STACK, project=PROJECT)
         if state.path.exists():
             self.say(f"sim: removing the local engine's state of the removed nodes ({state.path})")
             state.remove()

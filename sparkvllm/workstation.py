@@ -34,7 +34,7 @@ class SshAccess:
     private_key: str = field(repr=False)
     identity_ref: str = ""
     control_dir_ref: str = ""
-    hf_token_ref: str | None = None  # the hf_token's file, when the stack has one
+    hf_token_ref: str | None = None  # the hf_token file (absent when the stack has none)
     # Per node: its own key (else the stack's), the file and ref of it, and how the
     # workstation's ssh reaches it (through its jump host, if any).
     node_keys: dict[str, str] = field(default_factory=dict, repr=False)
@@ -228,7 +228,7 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         private_key=private_key,
         identity_ref=f"{ref}/id",
         control_dir_ref=ref,
-        hf_token_ref=f"{ref}/hf_token" if cfg.hf_token is not None else None,
+        hf_token_ref=f"{ref}/hf_token",  # absent when the stack has none: empty stdin
         node_keys={n.name: node_keys.get(n.name, private_key) for n in cfg.nodes},
         node_identity_files=identity_files,
         node_identity_refs=identity_refs,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,15 @@ TEST_PRIVATE_KEY = (
 )
 TEST_API_KEY = "test-api-key-5b9e1c"
 TEST_HF_TOKEN = "hf_testTokenNotReal4d2a"
+
+
+def project_yaml(name: str, extra: str = "") -> str:
+    """A Pulumi.yaml for a project of a test's own: this virtualenv as its runtime's (where
+    the language host and the provider host find pulumi and this project's packages)."""
+    return (
+        f"name: {name}\nruntime:\n  name: python\n  options:\n    toolchain: pip\n"
+        f"    virtualenv: {sys.prefix}\n{extra}"
+    )
 
 
 def stack_file(stack: str) -> dict[str, Any]:

@@ -8,9 +8,11 @@ Node answers are fixtures: what a healthy GB10 node prints for each command (pyi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+import pickle
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,12 +21,26 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.cluster import SparkVllmCluster, SparkVllmClusterArgs
-from localengine.program import own_process_pickler
 from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
 from localengine.wire import plain as unwrap_secrets
 from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.workstation import SshAccess
+
+
+@contextlib.contextmanager
+def own_process_pickler() -> Iterator[None]:
+    """As if each program ran in a process of its own (as the Python language host runs
+    it). pulumi.dynamic's serialize_provider patches pickle's pure-Python Pickler for every
+    dynamic resource and never undoes it: each patch wraps the one before. Harmless in a
+    fresh process per program; these mock runs are in one process, one after another,
+    where the wrappers would pile up until RecursionError. The patch is undone after each."""
+    saved = {k: pickle._Pickler.__dict__[k] for k in ("_batch_setitems", "save_dict")}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(pickle._Pickler, key, value)
 
 
 def apply_program(
@@ -265,7 +281,9 @@ class NodeAnswers(pulumi.runtime.Mocks):
             outputs["stdout"] = self.stdout_for(args.name)
             outputs["stderr"] = ""
         if args.typ == "pulumi-python:dynamic:Resource":
+            # As NodeStepProvider.create: the ID is `<step>-<generation>`.
             outputs["generation"] = hashlib.sha256(args.name.encode()).hexdigest()[:16]
+            return f"{args.name}-{outputs['generation']}", outputs
         digest = hashlib.sha256(args.name.encode()).hexdigest()[:12]
         return f"{args.name}-{digest}", outputs
 

@@ -43,9 +43,9 @@ def test_the_example_program_deploys_a_cluster_from_its_own_config(tmp_path: Pat
     monitor = RecordingMonitor(answers)
 
     def program() -> dict[str, Any]:
-        # As the language host runs it: the project's __main__.py.
+        # As the language host runs it: the project's folder (on sys.path, so `my_llm`).
         pulumi.runtime.set_all_config(values, [])
-        runpy.run_path(str(EXAMPLE / "__main__.py"), run_name="__main__")
+        runpy.run_path(str(EXAMPLE), run_name="__main__")
         return {}
 
     apply_program(program, answers, stack="dev", monitor=monitor, project="my-llm")
@@ -57,6 +57,46 @@ def test_the_example_program_deploys_a_cluster_from_its_own_config(tmp_path: Pat
     urns = list(monitor.registrations)
     assert any(u.endswith("::llm") for u in urns)
     assert all(u.startswith("urn:pulumi:dev::my-llm::") for u in urns)
+
+
+def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/two-sparks as a user runs it: its own folder, its Pulumi.yaml's virtualenv,
+    no sys.path edit; the program in its own process, the NodeSteps' provider loaded in the
+    SDK's provider host started in the example's folder (where only the installed package
+    can give `components`). The nodes are in memory (tests/test_plan_engine.py)."""
+    from localengine.operations import run
+    from tests.test_plan_engine import Stack, changed
+
+    key = tmp_path / "id"
+    key.write_text(TEST_PRIVATE_KEY)
+    values = example_config(key)
+    pulumi.runtime.set_all_config(values, [])
+    module = runpy.run_path(str(EXAMPLE / "my_llm.py"), run_name="example")
+    cfg = module["cluster_config"](pulumi.Config("my-llm"))
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    stack.project_dir = EXAMPLE
+    stack.answers = NodeAnswers(cfg)
+    stack.node.images[cfg.image.ref] = "sha256:" + "e" * 64
+
+    stack_file = yaml.safe_load((EXAMPLE / "Pulumi.dev.yaml").read_text())["config"]
+    stack_file["my-llm:ssh_key_file"] = str(key)
+
+    def engine(operation: str) -> dict[str, str]:
+        result = run(operation, "dev", EXAMPLE, config=stack_file, refresh=False,
+                     provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
+        assert not result.error, result.error
+        return changed(result)
+
+    planned = engine("preview")
+    done = engine("up")
+    assert planned == done and set(done.values()) == {"create"}
+    assert any(n.endswith("-facts") for n in done) and "llm" in done
+    assert engine("up") == {}  # a second up: nothing
+    state = json.loads((tmp_path / "backend/.pulumi/stacks/my-llm/dev.json").read_text())
+    urns = [r["urn"] for r in state["checkpoint"]["latest"]["resources"]]
+    assert urns and all(u.startswith("urn:pulumi:dev::my-llm::") for u in urns)
 
 
 def test_the_example_config_is_refused_with_field_value_and_fix(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def _ask(cfg: Any, token: str | None) -> subprocess.CompletedProcess[str]:
     """The head's hub check, run here under bash as the node runs it (token on stdin)."""
     spec = weights.hub_access(cfg)
     assert spec is not None
-    assert spec.stdin_secret == ("hf_token" if cfg.hf_token is not None else None)
+    assert spec.stdin_secret == "hf_token"  # empty when the stack has none
     return subprocess.run(
         ["bash", "-c", spec.create], input=(token or "") + "\n", capture_output=True,
         text=True, timeout=60,
@@ -130,18 +130,25 @@ def test_an_unreachable_hub_and_an_offline_model(spark_raw: dict[str, Any], tmp_
 
 
 def test_the_download_takes_the_token_from_stdin_only(spark_raw: dict[str, Any]) -> None:
+    """The token is read from stdin whether or not the stack has one (empty then), so
+    adding or removing the secret never changes the step's text (nothing re-runs for it);
+    it is on no command line."""
     plain = load_stack_config(spark_raw)
-    spec = weights.weights_download(plain, plain.head_node)
-    assert spec.stdin_secret is None and "HF_TOKEN" not in spec.create
-    assert "HF_ENDPOINT" not in spec.create  # the default hub: the step as it always was
+    without = weights.weights_download(plain, plain.head_node)
+    assert "HF_ENDPOINT" not in without.create  # the default hub: the step as it always was
+    with_token = load_stack_config({**spark_raw, "hf_token": TEST_HF_TOKEN})
+    spec = weights.weights_download(with_token, with_token.head_node)
+    assert spec == without and spec.stdin_secret == "hf_token"
+    assert spec.create.splitlines()[1] == "IFS= read -r HF_TOKEN || true; export HF_TOKEN"
+    assert TEST_HF_TOKEN not in spec.create
     raw = {**spark_raw, "hf_token": TEST_HF_TOKEN}
     raw["model"] = {**spark_raw["model"], "hub_endpoint": "http://10.0.0.5:8080/"}
     cfg = load_stack_config(raw)
     spec = weights.weights_download(cfg, cfg.head_node)
-    assert spec.stdin_secret == "hf_token"
-    assert spec.create.splitlines()[1] == "IFS= read -r HF_TOKEN || true; export HF_TOKEN"
     assert " -e HF_TOKEN -e HF_ENDPOINT=http://10.0.0.5:8080 " in spec.create
-    assert TEST_HF_TOKEN not in spec.create
+    offline = load_stack_config({**raw, "model": {**raw["model"], "offline": True}})
+    spec = weights.weights_download(offline, offline.head_node)
+    assert spec.stdin_secret is None and "HF_TOKEN" not in spec.create  # never downloads
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from localengine.operations import Result, run
 from localengine.providers.base import Provider, ProviderError
 from localengine.providers.command import CommandProvider
 from localengine.providers.docker import DockerProvider, _target
-from localengine.providers.dynamic import DynamicProvider
+from tests.conftest import project_yaml
 
 PROGRAM = textwrap.dedent(
     """
@@ -182,12 +182,14 @@ class Project:
         cfg = {f"spark-vllm:{k}": v for k, v in values.items()}
         (self.dir / "Pulumi.test.yaml").write_text(yaml.safe_dump({"config": cfg}))
 
-    def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider:
+    def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider | None:
+        """Node side effects in memory; dynamic providers the engine's own (the SDK's
+        provider host, started in the project's folder)."""
         if pkg == "command":
             return FakeCommand(self.node)
         if pkg == "docker":
             return FakeDocker(self.node, inputs)
-        return DynamicProvider()
+        return None
 
     def run(self, operation: str = "up", **kw: Any) -> Result:
         self.node.calls.clear()
@@ -207,7 +209,7 @@ class Project:
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
     monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
-    (tmp_path / "Pulumi.yaml").write_text("name: spark-vllm\nruntime: python\n")
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("spark-vllm"))
     (tmp_path / "__main__.py").write_text(PROGRAM)
     p = Project(tmp_path, Node())
     p.config()
@@ -517,3 +519,100 @@ def test_cli_output_prints_the_stack_outputs_from_the_state(
     assert shown and shown == cli.stack_outputs(project.dir, "test", show_secrets=False)
     root = next(r for r in project.state()["resources"] if r["type"] == "pulumi:pulumi:Stack")
     assert set(shown) == set(root["outputs"])
+
+
+# --- the program and its dynamic providers run as the Pulumi CLI runs them -------------------
+
+WHERE_PROGRAM = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import pulumi
+    from pulumi.dynamic import CreateResult, Resource, ResourceProvider
+
+    FIELDS = ("pid", "parent", "cwd", "module", "project", "venv")
+
+
+    class Where(ResourceProvider):
+        def create(self, props):
+            with open(f"/proc/{os.getppid()}/cmdline") as f:
+                parent = f.read().replace("\\0", " ")
+            return CreateResult("where-1", {
+                "pid": os.getpid(), "parent": parent, "cwd": os.getcwd(),
+                "module": sys.argv[0], "project": os.environ.get("PULUMI_PROJECT", ""),
+                "venv": os.environ.get("PULUMI_RUNTIME_VIRTUALENV", "")})
+
+
+    class WhereRes(Resource):
+        def __init__(self, name):
+            super().__init__(Where(), name, dict.fromkeys(FIELDS))
+
+
+    w = WhereRes("where")
+    pulumi.export("program", {"pid": os.getpid(), "cwd": os.getcwd(), "path0": sys.path[0]})
+    pulumi.export("provider", {k: getattr(w, k) for k in FIELDS})
+    """
+)
+
+
+def test_the_program_and_its_providers_run_in_processes_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The program in the language host's process (the program's folder its cwd and first
+    sys.path entry); a dynamic provider in the SDK's provider host, started by the CLI's
+    own script in the program's folder with PULUMI_PROJECT and the runtime options."""
+    import os
+    import sys
+
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("where"))
+    (tmp_path / "__main__.py").write_text(WHERE_PROGRAM)
+    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
+    result = run("up", "test", tmp_path, log=lambda _m: None)
+    assert not result.error, result.error
+    program, provider = result.outputs["program"], result.outputs["provider"]
+    assert program["pid"] != os.getpid() and program["cwd"] == str(tmp_path)
+    assert program["path0"] == "."  # runpy.run_path("."): the program's folder
+    assert provider["pid"] not in (os.getpid(), program["pid"])
+    assert provider["cwd"] == str(tmp_path)
+    assert provider["module"].endswith("pulumi/dynamic/__main__.py")
+    assert "vendor/pulumi-resource-pulumi-python 127.0.0.1:" in provider["parent"]
+    assert provider["project"] == "where" and provider["venv"] == sys.prefix
+    # The hosts are stopped with the run.
+    assert not os.path.exists(f"/proc/{provider['pid']}")
+
+
+def test_a_provider_the_host_cannot_import_fails_in_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider class the program found through a sys.path edit is pickled by reference;
+    the provider host (the program's folder and the virtualenv on its sys.path) cannot
+    import it: the step fails at Check, before anything is created, saying what to do."""
+    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "far_away.py").write_text(
+        "from pulumi.dynamic import CreateResult, ResourceProvider\n"
+        "class Hello(ResourceProvider):\n"
+        "    def create(self, props):\n"
+        "        return CreateResult('hello-1', {})\n"
+    )
+    project_dir = tmp_path / "project"
+    project_dir.mkdir()
+    (project_dir / "Pulumi.yaml").write_text(project_yaml("far"))
+    (project_dir / "Pulumi.test.yaml").write_text("config: {}\n")
+    (project_dir / "__main__.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(elsewhere)!r})\n"
+        "from pulumi.dynamic import Resource\n"
+        "from far_away import Hello\n"
+        "class Greeting(Resource):\n"
+        "    pass\n"
+        "Greeting(Hello(), 'hello', {})\n"
+    )
+    result = run("up", "test", project_dir, log=lambda _m: None)
+    assert "cannot be loaded in the provider host" in result.error
+    assert "No module named 'far_away'" in result.error and "pip install" in result.error
+    assert "\n" not in result.error.split("; fix:")[0]
+    assert result.provider_writes == 0

@@ -6,21 +6,26 @@ resources may change."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dill
 import pytest
+import yaml
 
 from components.node_step import state_value
+from localengine import wire
 from localengine.operations import Result, run
+from localengine.program import project_file
 from localengine.providers.base import Provider, ProviderError, ReadResult
-from localengine.providers.dynamic import DynamicProvider
-from localengine.providers.dynamic import _provider as dynamic_provider
+from localengine.providers.dynamic import DynamicProvider, PluginContext
 from sparkvllm.config import load_stack_config
-from tests.conftest import ROOT, TEST_PRIVATE_KEY
+from tests.conftest import ROOT, TEST_HF_TOKEN, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import NodeAnswers
 from tests.test_localengine import FakeCommand, FakeDocker, Node
 
@@ -43,12 +48,18 @@ class AnswerCommand(FakeCommand):
         return outs if preview else {**outs, "stdout": self.answers.stdout_for(name)}
 
 
+def unpickled(inputs: dict[str, Any]) -> Any:
+    """The step's provider object, as the host unpickles it (for its judge)."""
+    return dill.loads(base64.b64decode(wire.plain(inputs["__provider"])))
+
+
 class AnswerStep(DynamicProvider):
     """NodeSteps on a healthy node: create prints the node's answer, judged by the step's
     own pickled judge (a preflight); reads see it as left. (Check and diff are the real
     ones.)"""
 
-    def __init__(self, node: Node, answers: NodeAnswers):
+    def __init__(self, node: Node, answers: NodeAnswers, project_dir: Path):
+        super().__init__(PluginContext(project_dir, project_file(project_dir), "127.0.0.1:0"))
         self.node, self.answers = node, answers
 
     def create(self, typ: str, name: str, inputs: dict[str, Any], preview: bool) -> Any:
@@ -56,7 +67,7 @@ class AnswerStep(DynamicProvider):
             return "", dict(inputs)
         self.node.calls.append(f"step {name}")
         stdout = self.answers.stdout_for(name)
-        judge = dynamic_provider(inputs).judge  # type: ignore[attr-defined]
+        judge = unpickled(inputs).judge
         if judge is not None:
             try:
                 judge(stdout)
@@ -66,7 +77,7 @@ class AnswerStep(DynamicProvider):
         value = state_value(stdout, str(key)) if key else ""
         outs = {**inputs, "stdout": stdout, "expected": value, "observed": value,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
-        return f"{name}-1", outs
+        return f"{name}-{outs['generation']}", outs  # as NodeStepProvider.create names it
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self.node.calls.append(f"undo {id_}")
@@ -95,6 +106,7 @@ class Stack:
         monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{backend}")
         self.node = Node()
         self.answers: NodeAnswers | None = None
+        self.project_dir = ROOT
 
     def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider:
         assert self.answers is not None
@@ -102,12 +114,12 @@ class Stack:
             return AnswerCommand(self.node, self.answers)
         if pkg == "docker":
             return FakeDocker(self.node, inputs)
-        return AnswerStep(self.node, self.answers)
+        return AnswerStep(self.node, self.answers, self.project_dir)
 
     def run(self, operation: str, raw: dict[str, Any], refresh: bool = False) -> Result:
         self.answers = NodeAnswers(load_stack_config(raw))
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
-        secret = ["api_key"] if "api_key" in raw else []
+        secret: list[str] = [k for k in ("api_key", "hf_token") if k in raw]
         result = run(operation, "spark", ROOT, config=raw, refresh=refresh, secret_keys=secret,
                      provider_factory=self.factory, log=lambda _m: None)  # fmt: skip
         assert not result.error, result.error
@@ -230,6 +242,83 @@ def test_preview_equals_up_and_only_what_must_change_changes(
     assert changed(stack.run("preview", after, refresh=True)) == {}
 
 
+# Keys generated for these tests; they belong to no machine.
+OTHER_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGkOjN3s22+QhA4wz72cIgOQjtSDf/gxKmuP7FkpQ1zc"
+JUMP_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILRN1qemAe0sgfsZ0ahtxAdCCDJ/GfIYJkzKf+7Skuvo"
+JUMP = {"host": "10.1.230.1", "user": "bastion", "host_key": JUMP_HOST_KEY}
+
+
+def _node(index: int, path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(raw: dict[str, Any]) -> None:
+        d = raw["nodes"][index]
+        *parents, leaf = path.split(".")
+        for p in parents:
+            d = d[p]
+        d[leaf] = value
+
+    return change
+
+
+def _own_key_file(raw: dict[str, Any]) -> None:
+    own = Path(raw["ssh_private_key_file"]).with_name("id_worker")
+    own.write_text(TEST_PRIVATE_KEY)
+    raw["nodes"][1]["ssh"]["private_key_file"] = str(own)
+
+
+def _with_jump(raw: dict[str, Any]) -> None:
+    raw["ssh_jump"] = dict(JUMP)
+
+
+def _hf_token(raw: dict[str, Any]) -> None:
+    raw["hf_token"] = TEST_HF_TOKEN
+
+
+Change = Callable[[dict[str, Any]], None]
+# How the workstation reaches a node: none of these changes what runs on a node, so none
+# replaces a step or a container; what `up` records (an update that runs nothing, or a
+# pulumi-command that runs again with the new connection) is exactly what preview showed.
+# One exception, on purpose: a node's new ssh port is what the other nodes' link
+# preflight tests (a TCP connect to that sshd over the cluster link), so that read-only
+# check runs again, and nothing downstream of it.
+ACCESS_CASES: list[tuple[str, Change, Change, set[str]]] = [
+    ("head host key", lambda raw: None, _node(0, "ssh.host_key", OTHER_HOST_KEY), set()),
+    ("worker host key", lambda raw: None, _node(1, "ssh.host_key", OTHER_HOST_KEY), set()),
+    ("head ssh user", lambda raw: None, _node(0, "ssh.user", "operator"), set()),
+    ("worker ssh user", lambda raw: None, _node(1, "ssh.user", "operator"), set()),
+    ("head ssh port", lambda raw: None, _node(0, "ssh.port", 2222), {"spark-2-links"}),
+    ("worker ssh port", lambda raw: None, _node(1, "ssh.port", 2222), {"spark-1-links"}),
+    ("a node's own key file", lambda raw: None, _own_key_file, set()),
+    ("a jump host added", lambda raw: None, _with_jump, set()),
+    ("a jump host removed", _with_jump, lambda raw: raw.pop("ssh_jump"), set()),
+    ("hf_token added", lambda raw: None, _hf_token, set()),
+]
+
+
+@pytest.mark.parametrize(
+    ("before", "change", "rechecked"),
+    [c[1:] for c in ACCESS_CASES],
+    ids=[c[0] for c in ACCESS_CASES],
+)
+def test_an_access_change_previews_what_up_does_and_replaces_nothing(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    before: Change, change: Change, rechecked: set[str],
+) -> None:  # fmt: skip
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    first = copy.deepcopy(base)
+    before(first)
+    stack.run("up", first)
+    after = copy.deepcopy(first)
+    change(after)
+    plan = changed(stack.run("preview", after))
+    done = changed(stack.run("up", after))
+    assert plan == done, "preview shows what up does"
+    assert {n: op for n, op in done.items() if op != "update"} == dict.fromkeys(
+        rechecked, "replace"
+    ), done
+    assert not any(n.endswith("-container") for n in done), done
+    assert changed(stack.run("up", after)) == {}
+
+
 OLD_LAYOUT_PROGRAM = """
 from pathlib import Path
 
@@ -252,13 +341,15 @@ def test_a_stack_made_before_the_cluster_component_changes_nothing(
     """The parts of a stack deployed when they were top-level resources keep their state
     under SparkVllmCluster (aliases to no parent, inherited by their children): the next
     `up` creates the component and touches nothing on a node."""
-    import shutil
 
     old = tmp_path / "old-project"
     old.mkdir()
-    shutil.copy(ROOT / "Pulumi.yaml", old / "Pulumi.yaml")
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    project["runtime"]["options"]["virtualenv"] = sys.prefix  # the repo's, from elsewhere
+    (old / "Pulumi.yaml").write_text(yaml.safe_dump(project))
     (old / "__main__.py").write_text(OLD_LAYOUT_PROGRAM.replace("ROOT", str(ROOT)))
     stack = Stack(tmp_path / "backend", monkeypatch)
+    stack.project_dir = old
     stack.answers = NodeAnswers(load_stack_config(base))
     stack.node.images.setdefault(base["image"]["ref"], "sha256:" + "f" * 64)
     first = run("up", "spark", old, config=base, refresh=False, secret_keys=["api_key"],

@@ -271,9 +271,12 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
     target = cfg.nodes[1]
     spec = commands.image_sync(cfg, target, target.ssh.host_key)
     assert spec.node == "spark-1" and spec.stdin_secret == "ssh_private_key"
-    assert "-l aurora -- 192.168.100.11" in spec.create  # the cluster address, not the LAN
+    # The cluster address, not the LAN; the user, port and host key given at run time.
+    assert '-p "$PEER_PORT" -l "$PEER_USER" -- 192.168.100.11' in spec.create
     assert "StrictHostKeyChecking=yes" in spec.create
-    assert "192.168.100.11 ssh-ed25519 AAAA" in spec.create
+    assert dict(spec.env) == {"PEER_USER": "aurora", "PEER_PORT": "22",
+                              "PEER_HOST_KEY": target.ssh.host_key}  # fmt: skip
+    assert "aurora" not in spec.create and "AAAA" not in spec.create
     assert "docker save hellohal2064/vllm-qwen3.5-gb10:latest | remote docker load" in spec.create
     assert 'if [ "$src" != "$dst" ]; then' in spec.create  # equal fingerprints: no transfer
     assert "PRIVATE KEY" not in spec.create
@@ -529,7 +532,8 @@ def test_weights_commands(cfg: StackConfig) -> None:
     # Blob by blob (tests/test_weights_copy.py runs it), then the layout by tar.
     assert 'tail -c +$((off + 1)) "$repo/blobs/$b" | remote bash -c' in sync.create
     assert 'tar -C /home/aurora/.cache/huggingface/hub -cf - "${layout[@]}" | remote' in sync.create
-    assert "-l aurora -- 192.168.100.11" in sync.create
+    assert '-l "$PEER_USER" -- 192.168.100.11' in sync.create
+    assert ("PEER_USER", "aurora") in sync.env
 
 
 def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> None:
@@ -1027,8 +1031,8 @@ def test_image_sync_checks_the_targets_disk_before_it_streams(
         input=TEST_PRIVATE_KEY,
         capture_output=True,
         text=True,
-        env={**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "SIZE": str(size),
-             "ROOT": str(tmp_path / "docker-root") if root_known else ""},
+        env={**os.environ, **dict(spec.env), "PATH": f"{bin_}:{os.environ['PATH']}",
+             "SIZE": str(size), "ROOT": str(tmp_path / "docker-root") if root_known else ""},
     )  # fmt: skip
     assert out.returncode != 0  # the stub cannot save: the small image fails there
     last = out.stderr.strip().splitlines()[-1]

@@ -1,11 +1,8 @@
-"""The example program: `cd examples/two-sparks && pulumi stack init dev && pulumi up`."""
+"""The example program: `cd examples/two-sparks && pulumi stack init dev && pulumi up`.
 
-import sys
-from pathlib import Path
-
-# The spark-vllm checkout, for `components` and `sparkvllm` (or `pip install -e` it).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+`components` and `sparkvllm` come from the installed package (`pip install` the spark-vllm
+checkout into the virtualenv Pulumi.yaml names); `my_llm` from this folder, which the
+language host puts on sys.path (it runs the program as the directory ".")."""
 
 import my_llm
 

@@ -51,16 +51,28 @@ class CommandSpec:
     state_key: str | None = None
     # A wait budget the command reads from $WAIT_S at run time (not part of the command).
     wait_s: int | None = None
+    # Values the command reads from its environment at run time, not part of its text: how
+    # a node is reached (PEER_USER, PEER_PORT, PEER_HOST_KEY of the node a head-to-worker
+    # step reaches). A new value re-runs nothing (the step's result does not depend on it).
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def shell_command(self) -> str:
         """`create` as the node runs it: under bash whatever the user's login shell is
-        (pulumi-command hands the string to the login shell)."""
-        return f"bash -c {shlex.quote(self.create)}"
+        (pulumi-command hands the string to the login shell), `env` assigned first."""
+        return f"{env_assignments(self.env)}bash -c {shlex.quote(self.create)}"
 
     @property
     def shell_delete(self) -> str | None:
         return f"bash -c {shlex.quote(self.delete)}" if self.delete else None
+
+
+def env_assignments(env: Sequence[tuple[str, str]]) -> str:
+    """`NAME='value' ` words for a command line (values quoted; names are the program's)."""
+    for name, _ in env:
+        if not name.isidentifier():
+            raise ValueError(f"not an environment variable name: {name!r}")
+    return "".join(f"{name}={shlex.quote(value)} " for name, value in env)
 
 
 # Identity of an image independent of the storage driver: the content of its layers and
@@ -194,19 +206,42 @@ def fingerprint_read(ref: str) -> str:
     return f"echo fingerprint=$({fingerprint_script(ref)} || true)"
 
 
-def _ssh_to(node: NodeConfig, *extra: str) -> str:
+def _ssh_to(node: NodeConfig, *extra: str, peer: bool = False) -> str:
     """The ssh invocation from the head to `node` over the cluster link ($key, $kh, $cm
     set): every call of one step shares one connection (a master in the 0700 folder $cm),
-    so a step's many short calls cost one handshake. `extra`: more option words."""
+    so a step's many short calls cost one handshake. `extra`: more option words. `peer`:
+    the user and port are $PEER_USER and $PEER_PORT (`peer_env`), given at run time."""
     options = replace(
         node_options(node, ShellVar("key"), ShellVar("kh")), control_dir=ShellVar("cm"), extra=extra
     )
-    return _over_cluster_link(node, options)
+    return _over_cluster_link(node, options, peer)
 
 
-def _over_cluster_link(node: NodeConfig, options: SshOptions) -> str:
+def _over_cluster_link(node: NodeConfig, options: SshOptions, peer: bool = False) -> str:
     """ssh with `options` to `node`'s cluster-link address, as a bash line."""
-    return SshTarget(node.ssh.user, str(node.cluster_link.address), node.ssh.port, options).shell()
+    user: str | ShellVar = ShellVar("PEER_USER") if peer else node.ssh.user
+    port: int | ShellVar = ShellVar("PEER_PORT") if peer else node.ssh.port
+    return SshTarget(user, str(node.cluster_link.address), port, options).shell()
+
+
+def peer_env(node: NodeConfig, host_key: str | None) -> tuple[tuple[str, str], ...]:
+    """How a head-to-worker step reaches `node`, as run-time values (CommandSpec.env): its
+    ssh user, port and pinned host key (empty: not verified, the config's opt-out)."""
+    return (
+        ("PEER_USER", node.ssh.user),
+        ("PEER_PORT", str(node.ssh.port)),
+        ("PEER_HOST_KEY", host_key or ""),
+    )
+
+
+def _peer_kh(node: NodeConfig) -> str:
+    """Bash writing $kh from $PEER_PORT and $PEER_HOST_KEY (ssh.known_hosts_line's form)."""
+    addr = shlex.quote(str(node.cluster_link.address))
+    return (
+        'if [ -z "$PEER_HOST_KEY" ]; then : > "$kh"; '
+        f'elif [ "$PEER_PORT" = 22 ]; then printf \'%s %s\\n\' {addr} "$PEER_HOST_KEY" > "$kh"; '
+        f'else printf \'[%s]:%s %s\\n\' {addr} "$PEER_PORT" "$PEER_HOST_KEY" > "$kh"; fi'
+    )
 
 
 def _kh_lines(targets: Sequence[tuple[NodeConfig, str | None]]) -> str:
@@ -220,14 +255,19 @@ def _kh_lines(targets: Sequence[tuple[NodeConfig, str | None]]) -> str:
 
 
 def ssh_to_nodes_prelude(
-    cfg: StackConfig, targets: Sequence[tuple[str, NodeConfig, str | None]]
+    cfg: StackConfig, targets: Sequence[tuple[str, NodeConfig, str | None]], peer: bool = False
 ) -> list[str]:
     """Bash lines (run on the head, SSH key on stdin) that define one function per target,
     `<function> CMD...`: ssh to that node over the cluster link with the key in a 0600 temp
-    file removed on exit and its host key verified; then check each link answers."""
+    file removed on exit and its host key verified; then check each link answers. `peer`
+    (one target): its user, port and host key come from `peer_env` at run time."""
+    if peer and len(targets) != 1:
+        raise ValueError("run-time access is for one target")
     head = cfg.head_node.name
     # On exit: each shared connection closed, the key and the rest removed.
-    close = "; ".join(f"{_ssh_to(n, '-O', 'exit')} 2>/dev/null || true" for _, n, _k in targets)
+    close = "; ".join(
+        f"{_ssh_to(n, '-O', 'exit', peer=peer)} 2>/dev/null || true" for _, n, _k in targets
+    )
     lines = [
         "set -euo pipefail",
         "umask 077",
@@ -235,24 +275,30 @@ def ssh_to_nodes_prelude(
         f'cleanup() {{ {close}; rm -rf "$key" "$kh" "$cm"; }}',
         "trap cleanup EXIT",
         'cat > "$key"',
-        f"printf '%s' {shlex.quote(_kh_lines([(n, k) for _, n, k in targets]))} > \"$kh\"",
+        _peer_kh(targets[0][1])
+        if peer
+        else f"printf '%s' {shlex.quote(_kh_lines([(n, k) for _, n, k in targets]))} > \"$kh\"",
     ]
     for function, target, _key in targets:
+        address = target.cluster_link.address
+        where = f"{head} cannot ssh to {target.name} at {address} over the cluster link"
+        fix = "fix: let sshd listen on the cluster address and authorize the key for that user"
         unreachable = (
-            f"{head} cannot ssh to {target.name} at {target.cluster_link.address}:"
-            f"{target.ssh.port} over the cluster link; fix: let sshd listen on the cluster "
-            f"address and authorize the key for {target.ssh.user}"
+            fail(f"{where} (user, port):", '"$PEER_USER"', '"$PEER_PORT;"', shlex.quote(fix))
+            if peer
+            else fail(f"{where}:{target.ssh.port} as {target.ssh.user}; {fix}")
         )
         lines += [
-            f'{function}() {{ {_ssh_to(target)} "$@"; }}',
-            f"{function} true || {fail(unreachable)}",
+            f'{function}() {{ {_ssh_to(target, peer=peer)} "$@"; }}',
+            f"{function} true || {unreachable}",
         ]
     return lines
 
 
-def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> list[str]:
-    """`ssh_to_nodes_prelude` for one target, reached by `remote CMD...`."""
-    return ssh_to_nodes_prelude(cfg, [("remote", target, host_key)])
+def ssh_to_node_prelude(cfg: StackConfig, target: NodeConfig) -> list[str]:
+    """`ssh_to_nodes_prelude` for one target, reached by `remote CMD...`, its access given
+    at run time (the step's env: `peer_env`)."""
+    return ssh_to_nodes_prelude(cfg, [("remote", target, None)], peer=True)
 
 
 _SIZE_FMT = shlex.quote("{{.Size}}")
@@ -327,7 +373,7 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     )
     create = "\n".join(
         [
-            *ssh_to_node_prelude(cfg, target, host_key),
+            *ssh_to_node_prelude(cfg, target),
             HUMAN_FN,
             # `|| true`: an absent image must reach the message below, not end the script
             # silently under `set -e`.
@@ -380,6 +426,7 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
         read=fingerprint_read(ref),
         read_node=target.name,
         state_key="fingerprint",
+        env=peer_env(target, host_key),
     )
 
 

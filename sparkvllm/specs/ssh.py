@@ -125,16 +125,24 @@ def _shell_word(parts: tuple[PathRef, ...]) -> str:
 
 @dataclass(frozen=True)
 class SshTarget:
-    """A node as ssh reaches it: user, host, port, and the options."""
+    """A node as ssh reaches it: user, host, port, and the options. The user and port may
+    be variables of the script the line runs in (shell form only): how a node is reached
+    is then a value given at run time, not part of the script's text."""
 
-    user: str
+    user: str | ShellVar
     host: str
-    port: int
+    port: int | ShellVar
     options: SshOptions
+
+    def _destination(self) -> list[tuple[PathRef, ...]]:
+        return [("-p",), (_text(self.port),), ("-l",), (self.user,), ("--",), (self.host,)]
 
     def destination(self) -> list[str]:
         """`-p PORT -l USER -- HOST`: after `--` ssh reads no option."""
-        return ["-p", str(self.port), "-l", self.user, "--", self.host]
+        words = self._destination()
+        if any(isinstance(p, ShellVar) for w in words for p in w):
+            raise ValueError("the destination names a shell variable; use shell()")
+        return ["".join(str(p) for p in w) for w in words]
 
     def argv(self, remote_command: str | None = None) -> list[str]:
         """`ssh OPTIONS -p PORT -l USER -- HOST [COMMAND]` as argv."""
@@ -143,8 +151,12 @@ class SshTarget:
 
     def shell(self) -> str:
         """The same line for a bash script (a remote command is appended by the caller)."""
-        words = ["ssh", *self.options.shell(), *map(shlex.quote, self.destination())]
+        words = ["ssh", *self.options.shell(), *map(_shell_word, self._destination())]
         return " ".join(words)
+
+
+def _text(value: int | ShellVar) -> str | ShellVar:
+    return value if isinstance(value, ShellVar) else str(value)
 
 
 def known_hosts_host(host: str, port: int) -> str:

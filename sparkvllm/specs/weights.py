@@ -15,6 +15,7 @@ from sparkvllm.specs.commands import (
     HUMAN_FN,
     CommandSpec,
     fail,
+    peer_env,
     room_check,
     say,
     ssh_to_node_prelude,
@@ -115,8 +116,8 @@ def _remote(script: str, *args: str) -> str:
 B = '"$b"'  # the blob's name, as a bash word
 
 
-# The token, when the stack has one, is the first line of the step's stdin: read into the
-# environment and handed to `docker run -e HF_TOKEN` by name, so it is on no command line.
+# The token (empty when the stack has none) is the first line of the step's stdin: read into
+# the environment and handed to `docker run -e HF_TOKEN` by name, on no command line.
 _READ_TOKEN = "IFS= read -r HF_TOKEN || true; export HF_TOKEN"
 
 
@@ -124,7 +125,7 @@ def hub_access(cfg: StackConfig) -> CommandSpec | None:
     """Preflight on the head: can it download the model (None when model.offline)? The
     probe (sparkvllm/probes/hub_access.py) prints the hub's verdict and, for a bad one,
     exits 1 with its line from `hub_problems`: a failed check records nothing, so the next
-    `up` asks again. The hf_token secret, when set, is the stdin."""
+    `up` asks again. Its stdin is the hf_token secret (empty when the stack has none)."""
     m = cfg.model
     if m.offline:
         return None
@@ -155,7 +156,7 @@ def hub_access(cfg: StackConfig) -> CommandSpec | None:
     )
     return CommandSpec(
         name=f"{cfg.head}-hub-access", node=cfg.head, create=create,
-        stdin_secret="hf_token" if cfg.hf_token is not None else None, timeout_s=120,
+        stdin_secret="hf_token", timeout_s=120,
     )  # fmt: skip
 
 
@@ -205,9 +206,11 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     `manifest=`, `files=` and `bytes=` lines.
     """
     m = cfg.model
-    # The token goes in (on stdin) only where the step may download.
-    token = cfg.hf_token is not None and not m.offline
-    # Only what the stack uses: a stack without a token or a mirror runs the same step.
+    # Where the step may download, it reads a token from stdin (empty when the stack has
+    # none: huggingface_hub takes an empty HF_TOKEN as no token), so adding or removing
+    # the secret changes only the step's stdin, never its text: nothing re-runs for it.
+    token = not m.offline
+    # Only what the stack uses: a stack without a mirror runs the same step.
     hub_env = "".join(
         [
             " -e HF_TOKEN" if token else "",
@@ -437,8 +440,9 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
     return CommandSpec(
         name=f"model-sync-{target.name}",
         node=cfg.head,
-        create="\n".join([*ssh_to_node_prelude(cfg, target, host_key), *weights_copy(cfg, target)]),
+        create="\n".join([*ssh_to_node_prelude(cfg, target), *weights_copy(cfg, target)]),
         stdin_secret="ssh_private_key",
+        env=peer_env(target, host_key),
         timeout_s=6 * 3600,
         read=weights_read(cfg),
         read_node=target.name,

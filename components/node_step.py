@@ -49,6 +49,7 @@ from sparkvllm.specs.commands import CommandSpec, env_assignments
 from sparkvllm.specs.output import key_values, last_json
 from sparkvllm.specs.plans import JumpAccess
 from sparkvllm.specs.ssh import SshTarget
+from sparkvllm.workstation import prepare_command
 
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
 # not: a new read command changes no plan, and is recorded when the step next runs.
@@ -121,13 +122,28 @@ def _reach(props: dict[str, Any], prefix: str = "") -> Reach:
     )
 
 
+def _key_file(props: dict[str, Any], reach: Reach) -> Path:
+    """The workstation's key file for `reach`; missing (a machine that never ran the
+    program: a refresh reads before it runs), one line naming it and the command that
+    writes it."""
+    path = Path(reach.identity_file).expanduser()
+    if not path.is_file():
+        raise RuntimeError(
+            f"{props['step']}: the SSH key file {path} (to reach {reach.host}) is missing on "
+            f"this workstation; fix: run `{prepare_command(path.parent.name)}` first (it "
+            "writes the stack's key and known_hosts files from its config and secrets)"
+        )
+    return path
+
+
 def _run(
     props: dict[str, Any], command: str, stdin: str | None, prefix: str, timeout: float
 ) -> str:
     reach = _reach(props, prefix)
+    _key_file(props, reach)
     if props.get("stdin_identity") and stdin is None and not prefix:
         # The key of the node the step reaches from its own (the read node's).
-        stdin = Path(_reach(props, "read_").identity_file).expanduser().read_text()
+        stdin = _key_file(props, _reach(props, "read_")).read_text()
     if props.get("stdin_file") and stdin is None and not prefix:
         # A secret the workstation wrote (the hf_token): absent when the stack has none.
         secret = Path(str(props["stdin_file"])).expanduser()

@@ -27,11 +27,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sparkvllm.config import StackConfig, is_secret_name
-from sparkvllm.drift import Runner, last_outputs, read_live, tool_inputs
+from sparkvllm.drift import Runner, last_outputs, read_live
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
 from sparkvllm.specs.facts import facts_command
-from sparkvllm.workstation import SshAccess
+from sparkvllm.workstation import SshAccess, tool_inputs
 
 REDACTED = "[redacted]"
 # Which findings break the most, first: the summary names the first one as the likely fault.

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparkvllm import config_sources, outputs
-from sparkvllm.config import PROJECT_DIR, ConfigError, StackConfig
+from sparkvllm import outputs
+from sparkvllm.config import PROJECT_DIR, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
-from sparkvllm.workstation import SshAccess, prepare_ssh_access
+from sparkvllm.workstation import SshAccess, tool_inputs
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -73,17 +73,6 @@ def check(
     last: dict[str, Any] | None = None,
 ) -> list[drift.Drift]:
     return drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner), last)
-
-
-def tool_inputs(stack: str) -> tuple[StackConfig, SshAccess] | None:
-    """The stack's config and the workstation's way to its nodes, for a tool run outside
-    the program; None after printing what is wrong with them."""
-    try:
-        cfg = config_sources.for_tools(stack, PROJECT_DIR)
-        return cfg, prepare_ssh_access(cfg, stack, PROJECT_DIR)
-    except ConfigError as e:
-        print(e, file=sys.stderr)
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

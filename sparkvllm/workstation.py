@@ -2,19 +2,37 @@
 
 The only local I/O of the program (plus reading which Ray the workstation has).
 pulumi-docker reaches a node through the workstation's `ssh` binary, which wants an
-identity FILE and a known_hosts FILE; both are written on every run (preview included), so
-a fresh CI runner can refresh an existing stack. Files are 0600 in a 0700 directory under
-~/.cache/spark-vllm/<stack>/ (override with SPARKVLLM_STATE_DIR). The private key never
-leaves that file and Pulumi secrets.
+identity FILE and a known_hosts FILE, and a NodeStep reads its key from the same file.
+The program writes them on every run (preview included). But with Pulumi.yaml's
+`options.refresh: always` the refresh reads every resource BEFORE the program runs, so a
+workstation or CI runner that never ran the program writes them first with
+
+    python -m sparkvllm.workstation --stack STACK
+
+(the stack's config and secrets: `pulumi config` where the CLI is, else the stack file;
+idempotent). Files are 0600 in a 0700 directory under ~/.cache/spark-vllm/<stack>/
+(override with SPARKVLLM_STATE_DIR). The private key never leaves that file and Pulumi
+secrets.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkvllm.config import ConfigError, Issue, JumpConfig, NodeConfig, SshConfig, StackConfig
+from sparkvllm import config_sources
+from sparkvllm.config import (
+    PROJECT_DIR,
+    ConfigError,
+    Issue,
+    JumpConfig,
+    NodeConfig,
+    SshConfig,
+    StackConfig,
+)
 from sparkvllm.host_keys import HOST_KEY_FIX, HostKeyError, find_host_key
 from sparkvllm.probes import image_versions
 from sparkvllm.specs.ssh import SshTarget, known_hosts, node_target
@@ -235,3 +253,48 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         targets=targets,
         jump_host_keys=jump_keys,
     )
+
+
+def prepare_command(stack: str) -> str:
+    """The command that writes a stack's files on this workstation (the fix a step names
+    when one is missing)."""
+    return f"python -m sparkvllm.workstation --stack {stack}"
+
+
+def tool_inputs(
+    stack: str, project_dir: Path = PROJECT_DIR
+) -> tuple[StackConfig, SshAccess] | None:
+    """The stack's config and the workstation's way to its nodes, for a tool run outside
+    the program (its files written); None after printing what is wrong with them."""
+    try:
+        cfg = config_sources.for_tools(stack, project_dir)
+        return cfg, prepare_ssh_access(cfg, stack, project_dir)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkvllm.workstation",
+        description="Write what the providers read outside the state (the SSH key and "
+        "known_hosts files) for a stack, from its config and secrets. Run it first on a "
+        "machine that never ran the program (a CI runner): refresh reads before the program.",
+    )
+    parser.add_argument("--stack", required=True, help="stack name, e.g. spark or sim")
+    parser.add_argument("--cwd", type=Path, default=PROJECT_DIR, help="the project's folder")
+    args = parser.parse_args(argv)
+    inputs = tool_inputs(args.stack, args.cwd)
+    if inputs is None:
+        return 2
+    cfg, _access = inputs
+    written = sorted(p.name for p in state_dir(args.stack).iterdir())
+    print(
+        f"workstation: {state_dir(args.stack)} holds {', '.join(written)} "
+        f"(0600, for {len(cfg.nodes)} node(s) of the {args.stack} stack)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,6 +10,7 @@ fact); the checks turn facts into problems that name the node and the fact.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass, field
 
@@ -262,10 +263,27 @@ def links_step(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     )
 
 
-def public_config(cfg: StackConfig) -> StackConfig:
-    """`cfg` without its secrets: what a check step's provider may carry (it is pickled
-    into the state with the provider)."""
-    return cfg.model_copy(update=dict.fromkeys(SECRET_FIELDS))
+def public_config(cfg: StackConfig) -> str:
+    """`cfg` without its secrets, as JSON text: what a check step's judge carries into the
+    state (pickled with the provider). Plain text, so the pickle is the same bytes on
+    every run and whatever the hash seed, and an old state does not depend on the layout
+    of the config classes (docs/provider-contract.md)."""
+    return json.dumps(cfg.model_dump(mode="json", exclude=SECRET_FIELDS), sort_keys=True)
+
+
+# In place of a secret key the judge never needs (the schema wants one to be named).
+_NOT_CARRIED = "(the stack's key: not carried into the state)"
+
+
+def _judged(cfg: StackConfig | str) -> StackConfig:
+    """The config a judge checks against: `public_config`'s text, or (a judge pickled by
+    earlier code, still in a deployed stack's state) the config object itself."""
+    if isinstance(cfg, StackConfig):
+        return cfg
+    data = json.loads(cfg)
+    if not data.get("ssh_private_key_file"):
+        data["ssh_private_key_file"] = _NOT_CARRIED
+    return StackConfig.model_validate(data)
 
 
 def _node(cfg: StackConfig, name: str) -> NodeConfig:
@@ -277,14 +295,16 @@ def _raise_if(problems: list[str]) -> None:
         raise PreflightError("preflight failed:\n  - " + "\n  - ".join(problems))
 
 
-def facts_check(cfg: StackConfig, node: str, facts_stdout: str) -> None:
+def facts_check(public: str | StackConfig, node: str, facts_stdout: str) -> None:
     """The facts step's judgement (components/node_step.py `check`): PreflightError when
-    the node does not fit the config."""
+    the node does not fit the config (`public_config`'s text)."""
+    cfg = _judged(public)
     _raise_if(check_facts(cfg, _node(cfg, node), parse_facts(facts_stdout)))
 
 
-def links_check(cfg: StackConfig, node: str, links_stdout: str) -> None:
+def links_check(public: str | StackConfig, node: str, links_stdout: str) -> None:
     """The links step's judgement (it runs after the facts step passed)."""
+    cfg = _judged(public)
     _raise_if(check_links(cfg, _node(cfg, node), links_stdout)[0])
 
 

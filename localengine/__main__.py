@@ -4,6 +4,9 @@
         [--refresh] [--expect-no-changes] [--replace URN]... [--parallel N] [--json]
     python -m localengine output --stack NAME [--json] [--show-secrets]
         (the stack's outputs from its state, as `pulumi stack output` prints them)
+    python -m localengine export --stack NAME [--file FILE]
+        (the state as `pulumi stack import` reads it, secrets sealed with
+        PULUMI_CONFIG_PASSPHRASE: the stack moves to the Pulumi CLI without redeploying)
 
 Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
 found under --expect-no-changes.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -20,8 +24,10 @@ from typing import Any
 
 from localengine import wire
 from localengine.deployment import STACK_TYPE
+from localengine.export import ExportError, passphrase_from_env, untyped_deployment
 from localengine.operations import OPS, Result, run
-from localengine.state import StateFile
+from localengine.project import StackConfigError
+from localengine.state import StateError, StateFile
 
 EXIT_NO_CHANGES = 7
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -42,7 +48,7 @@ def stack_name(text: str) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
-    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy", "output"])
+    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy", "output", "export"])
     p.add_argument(
         "--stack", "-s", default="sim", type=stack_name, help="stack name (default: sim)"
     )
@@ -58,6 +64,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "or PULUMI_PARALLEL)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--show-secrets", action="store_true", help="output: show secret values")
+    p.add_argument("--file", type=Path, default=None,
+                   help="export: write here (default: standard output)")  # fmt: skip
     p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -82,10 +90,42 @@ def stack_outputs(project_dir: Path, stack: str, show_secrets: bool) -> dict[str
     return wire.plain(root.outputs) if show_secrets else wire.redacted(root.outputs)
 
 
+def export_stack(project_dir: Path, stack: str, file: Path | None) -> int:
+    """`export`: the stack's state for `pulumi stack import` (localengine/export.py)."""
+    try:
+        state = StateFile(project_dir, stack)
+        state.move_from_earlier_location()
+        resources = state.load()
+        if not resources:
+            raise ExportError(f"stack {stack!r} has no state here; fix: pick another --stack")
+        text = json.dumps(untyped_deployment(resources, passphrase_from_env()), indent=2)
+    except (ExportError, StackConfigError, StateError) as e:
+        print(f"error: export: {e}", file=sys.stderr)
+        return 1
+    if file is None:
+        print(text)
+        return 0
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    print(
+        f"wrote {file}: {len(resources)} resources; next: `pulumi stack import --stack {stack} "
+        f"--file {file}` (the same PULUMI_CONFIG_PASSPHRASE)",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.operation == "export":
+        return export_stack(args.cwd, args.stack, args.file)
     if args.operation == "output":
-        outputs = stack_outputs(args.cwd, args.stack, args.show_secrets)
+        try:
+            outputs = stack_outputs(args.cwd, args.stack, args.show_secrets)
+        except (StateError, StackConfigError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         if outputs is None:
             print(f"error: stack {args.stack!r} has no state; fix: run `up` first", file=sys.stderr)
             return 1

@@ -20,7 +20,7 @@ from localengine.monitor import EngineMonitor, EngineService
 from localengine.program import StackConfigError, project_file, run_program
 from localengine.providers.base import Provider, Transport
 from localengine.providers.dynamic import PluginContext
-from localengine.state import StateFile
+from localengine.state import StateError, StateFile
 from sparkvllm.remote import run_ssh
 
 OPS = ("same", "create", "update", "replace", "delete")
@@ -110,6 +110,8 @@ def run(
     try:
         project = project_file(project_dir)
         state = StateFile(project_dir, stack)
+        if moved := state.move_from_earlier_location():
+            log(moved)
     except StackConfigError as e:
         return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
     # The engine's gRPC services for this run: the program's resource monitor and the
@@ -122,7 +124,7 @@ def run(
             provider_factory=provider_factory, parallel=parallel,
             plugins=PluginContext(project_dir, project, services.address),
         )  # fmt: skip
-    except EngineError as e:
+    except (EngineError, StateError) as e:
         services.stop()
         return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
     monitor.deployment = deployment

@@ -1,12 +1,12 @@
-"""The stack's state: one JSON file per stack, laid out like Pulumi's local backend
-(`<backend>/.pulumi/stacks/<project>/<stack>.json`, a checkpoint of version 3 with a
-`latest` deployment holding every resource's URN, type, ID, inputs, outputs, parent,
-provider reference, dependencies and options).
+"""The stack's state: one JSON file per stack, laid out like Pulumi's local backend but in a
+folder of its own (`<backend>/.localengine/stacks/<project>/<stack>.json`): a checkpoint of
+version 3 with a `latest` deployment holding every resource's URN, type, ID, inputs,
+outputs, parent, provider reference, dependencies and options.
 
 Written after every step (atomically: a temp file renamed over the old one), so a crash
-loses nothing that happened on a node. Secret values are encrypted in the file, as Pulumi
-does with its passphrase secrets provider: the key is derived from
-PULUMI_CONFIG_PASSPHRASE when it is set, else read from a 0600 key file beside the state.
+loses nothing that happened on a node. Secret values are encrypted in the file (Fernet):
+the key is derived from PULUMI_CONFIG_PASSPHRASE when it is set, else read from a 0600 key
+file beside the state. `localengine/export.py` writes the form the Pulumi CLI imports.
 """
 
 from __future__ import annotations
@@ -71,12 +71,33 @@ class ResourceState:
 _FIELDS = {f.name for f in fields(ResourceState)}
 
 
+# The local engine's states live where the Pulumi CLI never looks: `.localengine/` in the
+# project's folder, or under LOCALENGINE_BACKEND_URL=file://DIR. (The CLI's file backend
+# reads `$PULUMI_BACKEND_URL/.pulumi/stacks/...` or ~/.pulumi: a state of another format
+# there would be refused, or worse, taken for one of its own.) `python -m localengine
+# export` writes a file `pulumi stack import` takes.
+BACKEND_VAR = "LOCALENGINE_BACKEND_URL"
+MANIFEST_VERSION = "localengine"
+STATE_FOLDER = ".localengine"
+
+
 def backend_dir(project_dir: Path) -> Path:
-    """`PULUMI_BACKEND_URL=file://DIR` if set, else the project directory."""
-    url = os.environ.get("PULUMI_BACKEND_URL", "")
+    """`LOCALENGINE_BACKEND_URL=file://DIR` if set, else the project directory."""
+    url = os.environ.get(BACKEND_VAR, "")
     if url.startswith("file://"):
         return Path(url.removeprefix("file://")).expanduser()
     return project_dir
+
+
+def _earlier_location(project_dir: Path, project: str) -> Path:
+    """Where the local engine kept its states before they moved apart from the CLI's."""
+    url = os.environ.get("PULUMI_BACKEND_URL", "")
+    base = Path(url.removeprefix("file://")).expanduser() if url.startswith("file://") else None
+    return (base or project_dir) / ".pulumi" / "stacks" / project
+
+
+class StateError(Exception):
+    """The stack's state file cannot be used; the message names the file and the fix."""
 
 
 class StateFile:
@@ -85,19 +106,32 @@ class StateFile:
     def __init__(self, project_dir: Path, stack: str, project: str | None = None):
         """`project`: the project's name (default: Pulumi.yaml's in `project_dir`)."""
         self.project = project or project_name(project_dir)
-        base = backend_dir(project_dir) / ".pulumi" / "stacks" / self.project
+        base = backend_dir(project_dir) / STATE_FOLDER / "stacks" / self.project
         self.path = base / f"{stack}.json"
+        self._earlier = _earlier_location(project_dir, self.project) / f"{stack}.json"
         self.stack = stack
         self._key_file = base / f"{stack}.key"
         self._lock = threading.Lock()
         self._fernet: Fernet | None = None
         self._salt = ""
+        self._kind = ""  # the loaded state's secrets provider: "keyfile" or "passphrase"
 
     # --- secrets --------------------------------------------------------------------
 
     def _cipher(self) -> Fernet:
+        """The state's own way: a state written with a key file keeps its key file, one
+        written with a passphrase needs it; a new state takes the passphrase if one is set.
+        (So PULUMI_CONFIG_PASSPHRASE set for another purpose, e.g. `export`, does not
+        change how an existing state opens.)"""
         if self._fernet is None:
             passphrase = os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+            if self._kind == "keyfile":
+                passphrase = None
+            elif self._kind == "passphrase" and passphrase is None:
+                raise self._refuse(
+                    "its secrets are sealed with a passphrase",
+                    "set PULUMI_CONFIG_PASSPHRASE to the passphrase it was written with",
+                )
             if passphrase is not None:
                 salt = base64.b64decode(self._salt) if self._salt else os.urandom(16)
                 self._salt = base64.b64encode(salt).decode()
@@ -129,9 +163,10 @@ class StateFile:
             try:
                 text = self._cipher().decrypt(str(value["ciphertext"]).encode())
             except InvalidToken:
-                raise RuntimeError(
-                    f"cannot decrypt the secrets in {self.path}; fix: set "
-                    "PULUMI_CONFIG_PASSPHRASE to the passphrase it was written with"
+                raise self._refuse(
+                    "its secrets do not open with this key",
+                    "set PULUMI_CONFIG_PASSPHRASE to the passphrase it was written with "
+                    "(or restore its key file)",
                 ) from None
             return wire.secret(json.loads(text))
         if isinstance(value, dict):
@@ -142,12 +177,78 @@ class StateFile:
 
     # --- file -----------------------------------------------------------------------
 
+    def move_from_earlier_location(self) -> str:
+        """A state the local engine wrote at its earlier place (under `.pulumi/`, where the
+        CLI's file backend reads) moves here, with its key file: said in the returned
+        line ("" when there is nothing to move). A state there of the CLI's own is left."""
+        if self.path.exists() or not self._earlier.exists():
+            return ""
+        try:
+            data = json.loads(self._earlier.read_text())
+            manifest = data["checkpoint"]["latest"]["manifest"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+        if manifest.get("version") != MANIFEST_VERSION:
+            return ""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        key = self._earlier.with_suffix(".key")
+        if key.exists():
+            os.replace(key, self._key_file)
+        os.replace(self._earlier, self.path)
+        return f"moved the local engine's state of {self.stack} from {self._earlier} to {self.path}"
+
+    def _refuse(self, problem: str, fix: str) -> StateError:
+        return StateError(f"{self.path}: {problem}; nothing was done. Fix: {fix}")
+
+    def _checked(self, data: Any) -> dict[str, Any]:
+        """The file's `latest` deployment, if it is this stack's local-engine state: a
+        state of another format, project or stack is refused before anything runs (acted
+        on, its resources would be deleted as ones the program no longer registers)."""
+        if isinstance(data, dict) and "deployment" in data and "checkpoint" not in data:
+            raise self._refuse(
+                "this is a `pulumi stack export` file, not a local-engine state",
+                "keep it elsewhere (`pulumi stack import` reads it)",
+            )
+        checkpoint = data.get("checkpoint") if isinstance(data, dict) else None
+        if not isinstance(checkpoint, dict):
+            checkpoint = {}
+        latest = checkpoint.get("latest")
+        if not isinstance(latest, dict):
+            raise self._refuse("not a local-engine state (no checkpoint)", "move it away")
+        version = (latest.get("manifest") or {}).get("version")
+        if version != MANIFEST_VERSION:
+            raise self._refuse(
+                f"written by {version or 'something else'}, not by the local engine",
+                "move it away (a Pulumi CLI state belongs to the CLI's backend)",
+            )
+        want = f"organization/{self.project}/{self.stack}"
+        if checkpoint.get("stack") != want:
+            raise self._refuse(
+                f"the state of {checkpoint.get('stack')!r}, not of {want!r}",
+                "move it to that stack's place, or pick that --stack",
+            )
+        prefix = f"urn:pulumi:{self.stack}::{self.project}::"
+        for raw in latest.get("resources") or []:
+            urn = str(raw.get("urn", "")) if isinstance(raw, dict) else ""
+            if not urn.startswith(prefix):
+                raise self._refuse(
+                    f"holds {urn!r}, which is not a resource of stack {self.stack!r} of "
+                    f"project {self.project!r}",
+                    "move the file away; this stack's state is not it",
+                )
+        return latest
+
     def load(self) -> list[ResourceState]:
         if not self.path.exists():
             return []
-        data = json.loads(self.path.read_text())
-        latest = data.get("checkpoint", {}).get("latest") or {}
-        self._salt = latest.get("secrets_providers", {}).get("state", {}).get("salt", "")
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError) as e:
+            raise self._refuse(f"cannot be read as a state ({e})", "restore it from a copy") from e
+        latest = self._checked(data)
+        providers = latest.get("secrets_providers") or {}
+        self._kind = str(providers.get("type") or "")
+        self._salt = (providers.get("state") or {}).get("salt", "")
         resources = []
         for raw in latest.get("resources") or []:
             raw = dict(raw)
@@ -176,7 +277,7 @@ class StateFile:
                 "checkpoint": {
                     "stack": f"organization/{self.project}/{self.stack}",
                     "latest": {
-                        "manifest": {"magic": "", "version": "localengine"},
+                        "manifest": {"magic": "", "version": MANIFEST_VERSION},
                         "secrets_providers": provider,
                         "resources": records,
                     },
@@ -189,4 +290,6 @@ class StateFile:
             os.replace(tmp, self.path)
 
     def remove(self) -> None:
+        """Forget the stack (its state at the earlier place too, if the engine wrote it)."""
+        self.move_from_earlier_location()
         self.path.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """Test glue for the sim stack: bring the simulated cluster up, run the program's `sim`
 stack through the local engine (localengine/, state in this checkout's
-`.pulumi/stacks/spark-vllm/sim.json`, as `python -m localengine up --stack sim`), and run
+`.localengine/stacks/spark-vllm/sim.json`, as `python -m localengine up --stack sim`), and run
 commands on the simulated nodes over ssh."""
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     assert planned == done and set(done.values()) == {"create"}
     assert any(n.endswith("-facts") for n in done) and "llm" in done
     assert engine("up") == {}  # a second up: nothing
-    state = json.loads((tmp_path / "backend/.pulumi/stacks/my-llm/dev.json").read_text())
+    state = json.loads((tmp_path / "backend/.localengine/stacks/my-llm/dev.json").read_text())
     urns = [r["urn"] for r in state["checkpoint"]["latest"]["resources"]]
     assert urns and all(u.startswith("urn:pulumi:dev::my-llm::") for u in urns)
 

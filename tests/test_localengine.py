@@ -198,7 +198,7 @@ class Project:
         )
 
     def state(self) -> dict[str, Any]:
-        path = self.dir / ".pulumi" / "stacks" / "spark-vllm" / "test.json"
+        path = self.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json"
         return json.loads(path.read_text())["checkpoint"]["latest"]
 
     def web(self) -> dict[str, Any]:
@@ -207,7 +207,7 @@ class Project:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     (tmp_path / "Pulumi.yaml").write_text(project_yaml("spark-vllm"))
     (tmp_path / "__main__.py").write_text(PROGRAM)
@@ -384,7 +384,7 @@ def test_failure_stops_new_steps_keeps_what_was_done_and_the_next_up_continues(
 
 def test_secrets_are_encrypted_in_the_state_file(project: Project) -> None:
     project.run()
-    text = (project.dir / ".pulumi" / "stacks" / "spark-vllm" / "test.json").read_text()
+    text = (project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json").read_text()
     assert "TEST-KEY-9f1" not in text and "ciphertext" in text
     assert ops(project.run()) == {}, "decrypted inputs diff as equal"
 
@@ -565,7 +565,7 @@ def test_the_program_and_its_providers_run_in_processes_of_their_own(
     import os
     import sys
 
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
     (tmp_path / "Pulumi.yaml").write_text(project_yaml("where"))
     (tmp_path / "__main__.py").write_text(WHERE_PROGRAM)
     (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
@@ -589,7 +589,7 @@ def test_a_provider_the_host_cannot_import_fails_in_one_line_naming_the_fix(
     """A provider class the program found through a sys.path edit is pickled by reference;
     the provider host (the program's folder and the virtualenv on its sys.path) cannot
     import it: the step fails at Check, before anything is created, saying what to do."""
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "far_away.py").write_text(
@@ -616,3 +616,164 @@ def test_a_provider_the_host_cannot_import_fails_in_one_line_naming_the_fix(
     assert "No module named 'far_away'" in result.error and "pip install" in result.error
     assert "\n" not in result.error.split("; fix:")[0]
     assert result.provider_writes == 0
+
+
+# --- the state: apart from the CLI's, and a way across (localengine/export.py) ---------------
+
+# pulumi/pulumi v3.259.0 pkg/secrets/passphrase/manager_test.go: this state opens with the
+# passphrase "password" (TestPassphraseManagerCorrectPassphraseReturnsSecretsManager).
+PULUMI_TEST_STATE = "v1:fozI5u6B030=:v1:F+6ZduKKd8G0/V7L:PGMFeIzwobWRKmEAzUdaQHqC5mMRIQ=="
+RESOURCE_V3_FIELDS = {
+    "urn", "custom", "delete", "id", "type", "inputs", "outputs", "parent", "dependencies",
+    "initErrors", "provider", "propertyDependencies", "additionalSecretOutputs", "aliases",
+    "customTimeouts", "ignoreChanges", "replaceOnChanges",
+}  # fmt: skip
+
+
+def test_the_passphrase_crypter_opens_pulumis_own_test_vector() -> None:
+    from localengine.export import ExportError, PassphraseCrypter
+
+    crypter = PassphraseCrypter.from_state("password", PULUMI_TEST_STATE)
+    assert crypter.decrypt(crypter.encrypt('"a secret"')) == '"a secret"'
+    assert PassphraseCrypter.from_state("password", crypter.state()).salt == crypter.salt
+    with pytest.raises(ExportError, match="incorrect passphrase"):
+        PassphraseCrypter.from_state("not it", PULUMI_TEST_STATE)
+    with pytest.raises(ExportError, match="malformed state value"):
+        PassphraseCrypter.from_state("password", "fozI5u6B030=")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("3600s", 3600.0), ("20m", 1200.0), ("1h30m", 5400.0), ("1.5h", 5400.0), ("250ms", 0.25)],
+)
+def test_custom_timeouts_are_go_durations_in_seconds(text: str, seconds: float) -> None:
+    from localengine.export import duration_seconds
+
+    assert duration_seconds(text) == pytest.approx(seconds)
+
+
+def test_export_writes_what_pulumi_stack_import_reads(
+    project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A version-3 deployment whose secrets are sealed as the CLI's passphrase manager
+    seals them (the private key of the program's connection nowhere in plain text)."""
+    from localengine.export import PassphraseCrypter
+
+    assert not project.run().error
+    state = project.state()
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "correct horse")
+    out = tmp_path / "export.json"
+    where = ["--stack", "test", "--cwd", str(project.dir)]
+    assert cli.main(["export", *where, "--file", str(out)]) == 0
+    assert out.stat().st_mode & 0o777 == 0o600
+    text = out.read_text()
+    assert "TEST-KEY-9f1" not in text
+    data = json.loads(text)
+    assert data["version"] == 3
+    deployment = data["deployment"]
+    assert deployment["secrets_providers"]["type"] == "passphrase"
+    crypter = PassphraseCrypter.from_state(
+        "correct horse", deployment["secrets_providers"]["state"]["salt"]
+    )
+    resources = deployment["resources"]
+    assert [r["urn"] for r in resources] == [r["urn"] for r in state["resources"]]
+    assert all(set(r) <= RESOURCE_V3_FIELDS for r in resources)
+    opened: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict) and value.get("4dabf18193072939515e22adb298388d"):
+            assert set(value) == {"4dabf18193072939515e22adb298388d", "ciphertext"}
+            opened.append(json.loads(crypter.decrypt(value["ciphertext"])))
+        elif isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(resources)
+    assert "TEST-KEY-9f1" in json.dumps(opened)
+    timeouts = [r["customTimeouts"] for r in resources if "customTimeouts" in r]
+    assert all(isinstance(v, float) for t in timeouts for v in t.values())
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE")
+    assert cli.main(["export", *where]) == 1
+
+
+def test_a_state_at_the_earlier_place_moves_apart_from_the_clis(project: Project) -> None:
+    """The local engine kept its states under `.pulumi/` (where the CLI's file backend
+    reads); a state it wrote there moves to `.localengine/` on the next run, key and all,
+    and the run sees the stack as it was. A state of the CLI's own there is left alone."""
+    assert not project.run().error
+    new = project.dir / ".localengine" / "stacks" / "spark-vllm"
+    old = project.dir / ".pulumi" / "stacks" / "spark-vllm"
+    old.mkdir(parents=True)
+    for name in ("test.json", "test.key"):
+        (new / name).rename(old / name)
+    (old / "cli.json").write_text(json.dumps(
+        {"checkpoint": {"latest": {"manifest": {"version": "v3.272.0"}}}}))  # fmt: skip
+    said: list[str] = []
+    again = run("up", "test", project.dir, provider_factory=project.factory, log=said.append)
+    assert not again.error, again.error
+    assert ops(again) == {}, "the same stack: nothing to do"
+    assert any("moved the local engine's state of test" in line for line in said)
+    assert (new / "test.json").exists() and not (old / "test.json").exists()
+    assert (new / "test.key").exists()
+    assert (old / "cli.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (
+            lambda s: s["checkpoint"].update(stack="organization/webapp/prod"),
+            "the state of 'organization/webapp/prod', not of 'organization/spark-vllm/test'",
+        ),
+        (
+            lambda s: s["checkpoint"]["latest"]["resources"][1].update(
+                urn="urn:pulumi:prod::webapp::command:remote:Command::a"
+            ),
+            "which is not a resource of stack 'test' of project 'spark-vllm'",
+        ),
+        (
+            lambda s: s.update(deployment=s.pop("checkpoint")["latest"], version=3),
+            "this is a `pulumi stack export` file, not a local-engine state",
+        ),
+        (
+            lambda s: s["checkpoint"]["latest"]["manifest"].update(version="v3.272.0"),
+            "written by v3.272.0, not by the local engine",
+        ),
+    ],
+    ids=["another stack", "another project's resource", "export form", "the CLI's"],
+)
+def test_a_state_that_is_not_this_stacks_is_refused_before_anything_runs(
+    project: Project, tamper: Any, said: str
+) -> None:
+    assert not project.run().error
+    path = project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json"
+    state = json.loads(path.read_text())
+    tamper(state)
+    path.write_text(json.dumps(state))
+    for operation in ("up", "destroy", "preview"):
+        result = project.run(operation)
+        assert said in result.error and "\n" not in result.error, result.error
+        assert "Fix:" in result.error
+        assert result.provider_writes == 0 and project.node.calls == []
+    assert json.loads(path.read_text()) == state  # left as it was
+
+
+def test_an_unreadable_state_or_a_wrong_passphrase_is_one_line(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "first")
+    assert not project.run().error
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "second")
+    wrong = project.run("preview")
+    assert "its secrets do not open with this key" in wrong.error and "\n" not in wrong.error
+    monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE")
+    none = project.run("preview")
+    assert "its secrets are sealed with a passphrase" in none.error
+    path = project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json"
+    path.write_text(path.read_text()[:100])
+    cut = project.run("up")
+    assert "cannot be read as a state" in cut.error and "\n" not in cut.error
+    assert project.node.calls == []

@@ -103,7 +103,7 @@ def base(spark_raw: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 
 class Stack:
     def __init__(self, backend: Path, monkeypatch: pytest.MonkeyPatch):
-        monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{backend}")
+        monkeypatch.setenv("LOCALENGINE_BACKEND_URL", f"file://{backend}")
         self.node = Node()
         self.answers: NodeAnswers | None = None
         self.project_dir = ROOT

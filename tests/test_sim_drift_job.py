@@ -46,7 +46,7 @@ from localengine.__main__ import main as engine
 args = sys.argv[1:]
 stack = args[args.index("--stack") + 1] if "--stack" in args else ""
 if args[:1] == ["login"]:
-    sys.exit(0)  # the backend is PULUMI_BACKEND_URL's, which the local engine reads
+    sys.exit(0)  # the local engine keeps its states apart (.localengine/ in the checkout)
 if args[:1] == ["preview"]:
     flags = [a for a in args[1:] if a in ("--refresh", "--expect-no-changes")]
     sys.exit(engine(["preview", *flags, "--stack", stack]))
@@ -82,7 +82,7 @@ def runner(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SPARKVLLM_STATE_DIR"}
     env.update(
         HOME=str(home), PATH=f"{bin_}:{env['PATH']}", STACK=stack.STACK, HEAL="true",
-        PULUMI_BACKEND_URL=f"file://{REPO_ROOT}",
+        PULUMI_BACKEND_URL=f"file://{home}/cli-backend",  # the CLI's: unused by the stand-in
     )  # fmt: skip
     return env
 

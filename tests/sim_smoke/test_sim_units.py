@@ -147,9 +147,9 @@ def test_down_removes_only_labelled_sim_objects(tmp_path: Path) -> None:
 def test_down_forgets_the_local_engines_state_of_the_removed_nodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("PULUMI_BACKEND_URL", raising=False)
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
     checkout = tmp_path / "checkout"
-    stacks = checkout / ".pulumi" / "stacks" / "spark-vllm"
+    stacks = checkout / ".localengine" / "stacks" / "spark-vllm"
     stacks.mkdir(parents=True)
     (stacks / "sim.json").write_text("{}")
     (stacks / "spark.json").write_text("{}")

@@ -73,6 +73,16 @@ _IMAGE_REF = re.compile(
 _PLUGIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Variables a non-interactive bash (the containers' `bash -c` entrypoints) acts on at start
+# or while it runs (bash(1) INVOCATION and Shell Variables): BASH_ENV and ENV name a file it
+# sources after expanding them (`$(cmd)` runs), SHELLOPTS/BASHOPTS set options (xtrace),
+# PS4 is expanded for every traced command, BASH_XTRACEFD redirects the trace, IFS, CDPATH
+# and GLOBIGNORE change how the script's words are split and found; the prompts and
+# PROMPT_COMMAND run code in an interactive one. None of them is vLLM's or NCCL's.
+SHELL_STARTUP_VARIABLES = frozenset(
+    {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS0", "PS1", "PS2", "PS3", "PS4",
+     "PROMPT_COMMAND", "BASH_XTRACEFD", "IFS", "CDPATH", "GLOBIGNORE"}
+)  # fmt: skip
 # Words of a variable name that mark a secret (HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD ...).
 _SECRET_WORDS = {"TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIALS"}
 _SECRET_PAIRS = {("API", "KEY"), ("PRIVATE", "KEY"), ("ACCESS", "KEY")}
@@ -143,6 +153,13 @@ def _no_control_chars(v: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in v):
         raise ValueError("holds a control character (newline, tab, NUL ...); fix: remove it")
     return v
+
+
+def _key_file(v: str) -> str:
+    """A key file's path: given, so not empty (an empty one would quietly mean "unset")."""
+    if not v.strip():
+        raise ValueError("is empty; fix: give the key file's path, or leave the key out")
+    return _no_control_chars(v)
 
 
 _JSON_TEXT = re.compile(r"^[A-Za-z0-9._/:@+=-]{0,256}$")
@@ -332,7 +349,7 @@ class SshConfig(_SshEndpoint):
     @field_validator("private_key_file")
     @classmethod
     def _key_file_path(cls, v: str | None) -> str | None:
-        return None if v is None else _no_control_chars(v)
+        return None if v is None else _key_file(v)
 
 
 class ClusterLinkConfig(_Closed):
@@ -497,6 +514,12 @@ class ImageConfig(_Closed):
         if self.digest and len(self.digest) != len("sha256:") + 64:
             raise ValueError(
                 f"ref {self.ref}: a sha256 digest has 64 hex digits; fix: copy it whole"
+            )
+        if self.digest and self.digest != self.digest.lower():
+            # distribution/reference digest.go: the encoded part is lower-case hex (docker
+            # refuses "invalid reference format" at the pull, after the plan).
+            raise ValueError(
+                f"ref {self.ref}: a digest is lower-case hex; fix: write it in lower case"
             )
         if self.source == "tarball":
             if not self.tarball or not PurePosixPath(self.tarball).is_absolute():
@@ -696,6 +719,12 @@ class VllmConfig(_Closed):
                     f"{key[:80]!r} is not a variable name (letters, digits, '_', not starting "
                     "with a digit); fix: rename it"
                 )
+            if key in SHELL_STARTUP_VARIABLES:
+                raise ValueError(
+                    f"{key} is read by the shell that starts the model server (bash "
+                    "expands and runs what it names before the container's own command), "
+                    "so its value could run a command; fix: remove it"
+                )
             if is_secret_name(key):
                 raise ValueError(
                     f"{key} names a secret, which would sit in plain text in the stack "
@@ -858,7 +887,7 @@ class StackConfig(_Closed):
     @field_validator("ssh_private_key_file")
     @classmethod
     def _key_file_text(cls, v: str | None) -> str | None:
-        return None if v is None else _no_control_chars(v)
+        return None if v is None else _key_file(v)
 
     @field_validator("api_key", "hf_token")
     @classmethod
@@ -903,6 +932,9 @@ class StackConfig(_Closed):
 
 
 SECRET_FIELDS = {"ssh_private_key", "ssh_private_keys", "api_key", "hf_token"}
+# Secrets that are maps: `pulumi config set --secret --path 'ssh_private_keys.spark-2'`
+# stores a map, and the program receives it as JSON text (as every structured value).
+STRUCTURED_SECRETS = {"ssh_private_keys"}
 
 
 def _cross_field_issues(cfg: StackConfig) -> Iterable[Issue]:
@@ -1109,7 +1141,7 @@ def parse_pulumi_config(values: Mapping[str, str], secret_keys: Iterable[str]) -
                 )
             )
             continue
-        if key in SECRET_FIELDS:
+        if key in SECRET_FIELDS and key not in STRUCTURED_SECRETS:
             raw[key] = text
             continue
         try:

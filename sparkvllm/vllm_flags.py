@@ -11,7 +11,9 @@ spelling (tests/test_sim_vllm_parser.py repeats it):
 - `--tensor-parallel 4`, `--hos 1.2.3.4`, `-t 4`: any unique prefix of an option is that
   option (an ambiguous one is an error);
 - `--no-enable-prefix-caching`: boolean flags have `--no-` negations;
-- `-tp`, `-pp`, `-dp`, `-sc`, `-ep`, `-n`, `-r`: short aliases; `-n2` is `-n 2`;
+- `-tp`, `-pp`, `-dp`, `-sc`, `-ep`, `-n`, `-r`: short aliases; `-n2` is `-n 2`, but
+  `-tp4` is no option at all (argparse attaches a value to one-letter options only) and
+  vLLM stops with "unrecognized arguments": refused here;
 - `--speculative-config.method=mtp`, `-sc.method mtp`: dotted keys set one field of a
   JSON option;
 - `--config FILE`: options read from a YAML file (any of them);
@@ -98,6 +100,15 @@ def _reads_as(key: str) -> list[str]:
     return found
 
 
+def _attached_to_long_short(key: str) -> str | None:
+    """For `-tp4`: the short option of two or more letters it starts with (`-tp`), which
+    argparse cannot read with its value attached (only `-n2` works: one letter)."""
+    if key.startswith("--") or key in _ALL:
+        return None
+    shorts = [f for f in _ALL if not f.startswith("--") and len(f) > 2 and key.startswith(f)]
+    return max(shorts, key=len) if shorts else None
+
+
 def extra_args_problems(args: list[str]) -> list[tuple[int, str, str]]:
     """(index, problem, fix) for each item of extra_args that vLLM's parser would read as
     a flag a typed field owns, or that puts a secret on argv, or that it cannot read."""
@@ -125,6 +136,20 @@ def extra_args_problems(args: list[str]) -> list[tuple[int, str, str]]:
             )
             continue
         key = _key(word)
+        attached = _attached_to_long_short(key)
+        if attached is not None:
+            owner = OWNED_FLAGS.get(attached, "")
+            fix = (
+                f"remove it and set {owner}"
+                if re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", owner)
+                else f"give {attached} and its value as two items"
+            )
+            said = (
+                "argparse attaches a value only to a one-letter option, so vLLM reads it as "
+                f"no option at all and stops (unrecognized arguments); it means {attached}"
+            )
+            out.append((i, said, fix))
+            continue
         for flag in _reads_as(key):
             read = f"vLLM's parser reads it as {flag}"
             if flag in SECRET_FLAGS:

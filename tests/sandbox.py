@@ -107,11 +107,14 @@ class Sandbox:
         mode: str = "ok",
         timeout: float = 30,
         home: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run `argv` (e.g. ["bash", "-c", script]) with only the sandbox on PATH. `mode`:
         stubs succeed (`ok`), fail (`fail`), or fail only `... inspect ...` (`absent`: no
         such image or container), so a script's error branches run too. `home`: $HOME for
-        this run (a fresh one is a fresh container's)."""
+        this run (a fresh one is a fresh container's). `env`: more variables (a
+        container's)."""
+        extra = env or {}
         env = {
             "PATH": str(self.bin),
             "HOME": str(home or self.root / "home"),
@@ -120,6 +123,7 @@ class Sandbox:
             "SANDBOX_MODE": mode,
             "WAIT_S": "1",
             "LC_ALL": "C",
+            **extra,
         }
         # In a network namespace of its own (loopback only, down): a script that opens a
         # socket itself (bash's /dev/tcp) reaches nothing, not even the example addresses.

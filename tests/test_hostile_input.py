@@ -18,6 +18,7 @@ import json
 import random
 import re
 import runpy
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,7 +176,11 @@ def run_main(raw: dict[str, Any], stack: str) -> RecordingMonitor:
     """Run __main__.py under the mock runtime with `raw` as the stack's Pulumi config; the
     monitor holds what it registered (also when it raised: see `error`)."""
     values = {f"spark-vllm:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
-    secret = [f"spark-vllm:{k}" for k in ("ssh_private_key", "api_key", "hf_token") if k in raw]
+    secret = [
+        f"spark-vllm:{k}"
+        for k in ("ssh_private_key", "ssh_private_keys", "api_key", "hf_token")
+        if k in raw
+    ]
     runtime_config.set_all_config(values, secret)
     answers = NodeAnswers(_lenient(raw))
     monitor = RecordingMonitor(answers)
@@ -355,3 +360,88 @@ def test_seeded_fuzz_of_the_spark_config(tmp_path: Path, monkeypatch: pytest.Mon
         assert not runner.box.calls(CANARY), (i, runner.box.calls(CANARY), shown)
     print(f"fuzz: {refused} refused, {accepted} accepted")
     assert refused > 0 and accepted > 0, (refused, accepted)
+
+
+# --- found tried as a new user would (each refused at preview with field, value and fix) --
+
+SHELL_STARTUP = ["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS"]
+LATE_FAILURES: list[tuple[str, Any, str]] = [
+    # vLLM's argparse reads no option in it and stops, after the deploy.
+    ("vllm.extra_args", ["-tp4"], "it means -tp"),
+    ("vllm.extra_args", ["--max-num-seqs", "8", "-pp2"], "it means -pp"),
+    # docker refuses an upper-case digest at the pull ("invalid reference format").
+    ("image.ref", "hellohal2064/vllm-qwen3.5-gb10@sha256:" + "AB" * 32, "lower-case hex"),
+    # an empty key file quietly meant "unset" (the stack's key used instead).
+    ("nodes[1].ssh.private_key_file", "", "is empty"),
+    ("ssh_private_key_file", " ", "is empty"),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [(f"vllm.env.{n}", f"$({CANARY})", f"{n} is read by the shell") for n in SHELL_STARTUP]
+    + LATE_FAILURES,
+    ids=[*SHELL_STARTUP, "-tp4", "-pp2", "upper-case digest", "empty key file", "blank key file"],
+)
+def test_values_that_would_run_a_command_or_fail_late_are_refused_at_preview(
+    path: str, value: Any, said: str
+) -> None:
+    raw = stack_raw("spark")
+    if path == "ssh_private_key_file":
+        raw.pop("ssh_private_key")
+    monitor = run_main(set_path(raw, path, value), "spark")
+    error = monitor.error  # type: ignore[attr-defined]
+    assert isinstance(error, pulumi.RunError), error
+    text = str(error)
+    line = next(line for line in text.splitlines() if said in line).strip().removeprefix("- ")
+    assert _names(line, path), (path, line)
+    assert ". Fix: " in line and "nothing was deployed" in text
+    assert monitor.registrations == {}
+
+
+def test_a_shell_startup_variable_would_have_run_in_the_server_container(tmp_path: Path) -> None:
+    """Why BASH_ENV is refused: the model server's entrypoint is `bash -c SCRIPT`, and a
+    non-interactive bash expands BASH_ENV (running its `$(...)`) before the script."""
+    mark = tmp_path / "ran"
+    subprocess.run(
+        ["bash", "-c", "true"], env={"PATH": "/usr/bin:/bin", "BASH_ENV": f"$(touch {mark})"},
+        check=True, timeout=30,
+    )  # fmt: skip
+    assert mark.exists(), "bash ran the command in BASH_ENV"
+
+
+def test_per_node_secret_keys_set_with_config_set_secret_path(tmp_path: Path) -> None:
+    """`pulumi config set --secret --path 'ssh_private_keys.spark-2' < key` stores a map;
+    the program receives it as secret JSON text, and it works; the local engine reads a
+    stack's map the same way (and refuses an encrypted `secure:` one, as it must)."""
+    from localengine.program import StackConfigError, stack_config
+    from sparkvllm.config import parse_pulumi_config
+
+    own = TEST_PRIVATE_KEY.replace("7f3a", "2b2b")
+    raw = {**stack_raw("spark"), "ssh_private_keys": {"spark-2": own}}
+    monitor = run_main(raw, "spark")
+    assert monitor.error is None, monitor.error  # type: ignore[attr-defined]
+    values, secret = stack_config(ROOT, "spark", raw, ["ssh_private_key", "ssh_private_keys"])
+    assert values["spark-vllm:ssh_private_keys"] == json.dumps({"spark-2": own})
+    cfg = load_stack_config(parse_pulumi_config(values, secret))
+    assert cfg.ssh_private_keys is not None
+    assert cfg.ssh_private_keys["spark-2"].get_secret_value().strip() == own.strip()
+    encrypted = {**raw, "ssh_private_keys": {"spark-2": {"secure": "v1:abc:def"}}}
+    with pytest.raises(StackConfigError, match="ssh_private_keys is an encrypted `secure:`"):
+        stack_config(ROOT, "spark", encrypted, ["ssh_private_keys"])
+
+
+def test_urls_bracket_ipv6_and_the_dashboard_tunnel_goes_through_the_jump_host() -> None:
+    from sparkvllm.specs import containers, plans
+
+    raw = stack_raw("spark")
+    raw["endpoint_host"] = "fd00::1"
+    raw["ssh_jump"] = {"host": "fd00::9", "port": 2222, "user": "bastion",
+                       "host_key": SIM_HOST_KEYS["spark-1"]}  # fmt: skip
+    cfg = load_stack_config(raw)
+    assert plans.model_server(cfg, "spark").endpoint == "http://[fd00::1]:8000/v1"
+    _url, tunnel = containers.dashboard_access(cfg)
+    assert " -J 'bastion@[fd00::9]:2222' " in f" {tunnel} ", tunnel
+    assert tunnel.endswith("-p 22 -l aurora -- 10.1.230.180")
+    without = load_stack_config(stack_raw("spark"))
+    assert "-J" not in containers.dashboard_access(without)[1]

@@ -241,7 +241,10 @@ def dashboard_access(cfg: StackConfig) -> tuple[str, str]:
     shown = head.ssh.host if cfg.expose_ray_dashboard else dashboard_bind(cfg)
     there = "127.0.0.1" if cfg.expose_ray_dashboard else dashboard_bind(cfg)
     login = SshTarget(head.ssh.user, head.ssh.host, head.ssh.port, SshOptions())
-    forward = ["ssh", "-N", "-L", f"{port}:{there}:{port}", *login.destination()]
+    jump = cfg.jump_for(head)
+    # Through the head's jump host when it has one (ssh -J, ProxyJump: user@host:port).
+    via = ["-J", f"{jump.user}@{url_host(jump.host)}:{jump.port}"] if jump else []
+    forward = ["ssh", "-N", *via, "-L", f"{port}:{there}:{port}", *login.destination()]
     return f"http://{url_host(shown)}:{port}", shlex.join(forward)
 
 

@@ -18,7 +18,7 @@ from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs import commands, containers, facts, model_support, versions, weights
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
-from sparkvllm.specs.ssh import docker_host, docker_ssh_opts
+from sparkvllm.specs.ssh import docker_host, docker_ssh_opts, url_host
 
 # The component that holds every part (components/cluster.py).
 CLUSTER_TYPE = "sparkvllm:index:SparkVllmCluster"
@@ -238,7 +238,7 @@ def model_server(cfg: StackConfig, stack: str) -> ServerPlan:
         if cfg.drop_page_cache
         else (),
         ready=commands.server_ready(cfg, server.name),
-        endpoint=f"http://{host}:{cfg.ports.api}/v1",
+        endpoint=f"http://{url_host(host)}:{cfg.ports.api}/v1",
         served_name=cfg.model.name_for_clients,
         rdma=any(n.cluster_link.roce_hcas for n in cfg.nodes),
     )

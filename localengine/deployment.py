@@ -209,18 +209,17 @@ class Deployment:
         ref = res.provider
         if not ref:
             raise EngineError(f"{res.urn}: no provider")
-        with self._lock:
+        with self._lock:  # one instance per provider (one plugin process: registry.go)
             if ref in self._providers:
                 return self._providers[ref]
             prov_state = self.current.get(ref.rsplit("::", 1)[0])
-        if prov_state is None:
-            raise EngineError(f"{res.urn}: its provider {ref} is not in the state")
-        instance = self._provider_instance(
-            prov_state.type.removeprefix(PROVIDER_PREFIX), prov_state.inputs
-        )
-        with self._lock:
+            if prov_state is None:
+                raise EngineError(f"{res.urn}: its provider {ref} is not in the state")
+            instance = self._provider_instance(
+                prov_state.type.removeprefix(PROVIDER_PREFIX), prov_state.inputs
+            )
             self._providers[ref] = instance
-        return instance
+            return instance
 
     def _provider_instance(self, pkg: str, inputs: dict[str, Any]) -> Provider:
         if self._factory is not None:

@@ -4,6 +4,7 @@ reads first; Pulumi.yaml `options.refresh: always` makes that the default), `ref
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -104,6 +105,39 @@ def run(
     """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
     `pulumi config set`). `parallel`: at most this many steps at once (the CLI's
     --parallel; default its default, four per CPU)."""
+    started = time.monotonic()
+    try:
+        state = StateFile(project_dir, stack)
+    except StackConfigError as e:
+        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
+    # Update, Refresh and Destroy hold the stack's lock for the whole run; Preview does not.
+    lock = contextlib.nullcontext() if operation == "preview" else state.locked(operation)
+    try:
+        with lock:
+            return _run(
+                operation, stack, project_dir, refresh=refresh, replace_urns=replace_urns,
+                transport=transport, log=log, provider_factory=provider_factory,
+                config=config, secret_keys=secret_keys, parallel=parallel,
+            )  # fmt: skip
+    except StateError as e:
+        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
+
+
+def _run(
+    operation: str,
+    stack: str,
+    project_dir: Path,
+    *,
+    refresh: bool | None = None,
+    replace_urns: frozenset[str] = frozenset(),
+    transport: Transport = run_ssh,
+    log: Callable[[str], None] = print,
+    provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
+    config: dict[str, Any] | None = None,
+    secret_keys: list[str] | None = None,
+    parallel: int | None = None,
+) -> Result:
+    """`run`, the stack's lock held (an `up`, `refresh` or `destroy`)."""
     started = time.monotonic()
     preview = operation == "preview"
     parallel = parallel or default_parallel()

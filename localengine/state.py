@@ -12,10 +12,15 @@ file beside the state. `localengine/export.py` writes the form the Pulumi CLI im
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import json
 import os
+import socket
 import tempfile
 import threading
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -111,6 +116,8 @@ class StateFile:
         self._earlier = _earlier_location(project_dir, self.project) / f"{stack}.json"
         self.stack = stack
         self._key_file = base / f"{stack}.key"
+        locks = backend_dir(project_dir) / STATE_FOLDER / "locks" / self.project
+        self._lock_file = locks / f"{stack}.lock"
         self._lock = threading.Lock()
         self._fernet: Fernet | None = None
         self._salt = ""
@@ -288,6 +295,32 @@ class StateFile:
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)
             os.replace(tmp, self.path)
+
+    @contextlib.contextmanager
+    def locked(self, operation: str) -> Iterator[None]:
+        """Hold the stack's lock for an `up`, `refresh` or `destroy` (pulumi diy backend:
+        Update, Refresh and Destroy lock the stack, Preview does not; a second run is
+        refused: "the stack is currently locked"). An flock on
+        `<backend>/.localengine/locks/<project>/<stack>.lock`: the system releases it when
+        the holder ends, a kill -9 included, so no lock outlives its run."""
+        self._lock_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another run"
+                raise StateError(
+                    f"stack {self.stack!r} is currently locked by {holder}; nothing was done. "
+                    "Fix: wait for that run to end (its lock goes with it, even if it is killed)"
+                ) from None
+            os.ftruncate(fd, 0)
+            since = time.strftime("%H:%M:%S")
+            os.pwrite(fd, f"pid {os.getpid()} ({operation} since {since} on "
+                      f"{socket.gethostname()})\n".encode(), 0)  # fmt: skip
+            yield
+        finally:
+            os.close(fd)
 
     def remove(self) -> None:
         """Forget the stack (its state at the earlier place too, if the engine wrote it)."""

@@ -777,3 +777,39 @@ def test_an_unreadable_state_or_a_wrong_passphrase_is_one_line(
     cut = project.run("up")
     assert "cannot be read as a state" in cut.error and "\n" not in cut.error
     assert project.node.calls == []
+
+
+def test_a_second_run_on_a_locked_stack_is_refused_and_a_killed_runs_lock_goes_with_it(
+    project: Project,
+) -> None:
+    """pulumi's diy backend: Update, Refresh and Destroy lock the stack ("the stack is
+    currently locked"), Preview does not. The lock is an flock: a run killed with -9
+    leaves none behind."""
+    import signal
+    import subprocess
+    import sys
+
+    from localengine.state import StateFile
+
+    assert not project.run().error
+    with StateFile(project.dir, "test").locked("up"):
+        for operation in ("up", "refresh", "destroy"):
+            refused = project.run(operation)
+            assert "stack 'test' is currently locked by pid" in refused.error, refused.error
+            assert "(up since" in refused.error and "\n" not in refused.error
+            assert project.node.calls == [] and refused.provider_writes == 0
+        assert not project.run("preview").error  # a preview takes no lock
+    hold = (
+        "import time\nfrom pathlib import Path\nfrom localengine.state import StateFile\n"
+        f"with StateFile(Path({str(project.dir)!r}), 'test').locked('up'):\n"
+        "    print('held', flush=True); time.sleep(600)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold], cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    assert "currently locked" in project.run("up").error
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert not project.run("up").error

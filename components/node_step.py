@@ -73,13 +73,14 @@ class Reach:
     identity_file: str  # may start with ~ (expanded at call time)
     jump: JumpAccess | None = None  # the jump host the node is reached through, if any
 
-    def target(self) -> SshTarget:
+    def target(self, files: ConnectionFiles) -> SshTarget:
+        """How ssh reaches the node; its known_hosts files go into `files`."""
         conn: dict[str, Any] = {
             "host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key
         }  # fmt: skip
         if (j := self.jump) is not None:
             conn["proxy"] = {"host": j.host, "port": j.port, "user": j.user, "hostKey": j.host_key}
-        return _FILES.target(conn, key_file=str(Path(self.identity_file).expanduser()))
+        return files.target(conn, key_file=str(Path(self.identity_file).expanduser()))
 
     def props(self, prefix: str = "") -> dict[str, Any]:
         """The reach as step inputs (`read_` ones for the read node); the jump and a read
@@ -94,9 +95,6 @@ class Reach:
             out[f"{prefix}jump"] = [j.host, j.port, j.user, j.host_key]
         return out
 
-
-# Host keys as known_hosts files in a private temp directory of this process.
-_FILES = ConnectionFiles()
 
 
 def state_value(stdout: str, key: str) -> str:
@@ -154,9 +152,13 @@ def _run(
     if not prefix:
         values = [("WAIT_S", str(int(props["wait_s"])))] if props.get("wait_s") else []
         env = env_assignments([*values, *sorted((props.get("env") or {}).items())])
-    result = run_ssh(
-        reach.target(), f"{env}bash -c {shlex.quote(command)}", stdin=stdin, timeout=timeout
-    )
+    # The host keys as known_hosts files in a private temp folder, removed after the call
+    # (the provider host is stopped with a signal: nothing may be left for an exit hook).
+    with ConnectionFiles() as files:
+        result = run_ssh(
+            reach.target(files), f"{env}bash -c {shlex.quote(command)}", stdin=stdin,
+            timeout=timeout,
+        )  # fmt: skip
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-15:])
         raise RuntimeError(

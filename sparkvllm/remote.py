@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -25,10 +26,22 @@ class ConnectionFiles:
     """ssh targets for pulumi-command-style connections ({host, port, user, privateKey,
     hostKey, perDialTimeout}), which carry the key and host key as values: each is written
     to a 0600 file in a private temp directory, because `ssh` wants files. The host key is
-    verified exactly when `hostKey` is set (as pulumi-command's Go client does)."""
+    verified exactly when `hostKey` is set (as pulumi-command's Go client does).
+
+    The directory is removed by `close()` (or leaving a `with` block): a key copy must not
+    outlive the calls that need it."""
 
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sparkvllm-ssh-")))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> ConnectionFiles:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def target(self, conn: dict[str, Any], key_file: str | None = None) -> SshTarget:
         """`key_file`: a key file to use instead of `privateKey` (for the proxy too). A

@@ -198,6 +198,11 @@ def test_the_local_engine_dials_the_proxy_as_pulumi_command_does() -> None:
     assert Path(proxy_key).read_text() == WORKER_KEY
     # The host itself: verified against its hostKey.
     assert "StrictHostKeyChecking=yes" in argv
+    # The key copies live as long as the provider (a run): closed, they are gone.
+    directory = Path(proxy_key).parent
+    assert {p.read_text() for p in directory.glob("key-*")} == {TEST_PRIVATE_KEY, WORKER_KEY}
+    provider.close()
+    assert not directory.exists()
 
 
 @pytest.mark.parametrize("field", ["host", "user"])

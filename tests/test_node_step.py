@@ -3,6 +3,8 @@ with each kind of change, and how a step's state value is read from its output."
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +43,8 @@ def _state(**changes: Any) -> dict[str, Any]:
         (_state(), {**BASE, "user": "ops", "host_key": "ssh-ed25519 AAAA9"}, ACCESS),
         (_state(), {**BASE, "identity_file": "/home/ci/.cache/spark-vllm/sim/id"}, ACCESS),
         (_state(), {**BASE, "jump": ["bastion", 22, "root", None]}, ACCESS),
+        (_state(), {**BASE, "port": 2222, "read_port": 2200}, ACCESS),
+        (_state(), {**BASE, "env": {"PEER_USER": "ops", "PEER_PORT": "22"}}, ACCESS),
         (_state(), {**BASE, "read": "echo fingerprint=$(fp2)"}, []),
     ],
     ids=[
@@ -53,6 +57,8 @@ def _state(**changes: Any) -> dict[str, Any]:
         "access",
         "identity path",
         "jump host",
+        "ports",
+        "run-time env",
         "read command",
     ],
 )
@@ -85,3 +91,34 @@ def test_diff(olds: dict[str, Any], news: dict[str, Any], replaces: list[str]) -
 )
 def test_state_value(stdout: str, key: str, value: str) -> None:
     assert state_value(stdout, key) == value
+
+
+def test_a_step_runs_with_its_env_and_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run-time values go before the command (quoted), the host keys are files only
+    while the call runs, and a missing key file is one line naming it and the fix."""
+    import components.node_step as node_step
+
+    key = tmp_path / "id"
+    key.write_text("TEST-ONLY")
+    seen: dict[str, Any] = {}
+
+    def fake_ssh(target: Any, command: str, **_kw: Any) -> Any:
+        known = Path(str(target.options.known_hosts))
+        seen.update(command=command, known=known, existed=known.exists())
+        return subprocess.CompletedProcess([], 0, "fingerprint=f1\n", "")
+
+    monkeypatch.setattr(node_step, "run_ssh", fake_ssh)
+    props = {**BASE, "identity_file": str(key), "timeout_s": 60,
+             "env": {"PEER_USER": "o'ps", "PEER_PORT": "22"}}  # fmt: skip
+    made = NodeStepProvider().create(props)
+    assert made.outs is not None and made.outs["expected"] == "f1"
+    assert seen["command"].startswith("PEER_PORT=22 PEER_USER='o'\"'\"'ps' bash -c ")
+    assert seen["existed"] and not seen["known"].exists()
+    key.unlink()
+    with pytest.raises(RuntimeError) as missing:
+        NodeStepProvider().create(props)
+    said = str(missing.value)
+    assert f"the SSH key file {key} (to reach 10.0.0.1) is missing" in said
+    assert "python -m sparkvllm.workstation --stack " in said and "\n" not in said

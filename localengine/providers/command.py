@@ -150,6 +150,10 @@ class CommandProvider:
     def _target(self, conn: dict[str, Any]) -> SshTarget:
         return self._files.target(conn)
 
+    def close(self) -> None:
+        """At the end of the run (Deployment.close): the key copies go."""
+        self._files.close()
+
 
 def _known(typ: str) -> None:
     if typ != TYPE:

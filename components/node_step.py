@@ -96,7 +96,6 @@ class Reach:
         return out
 
 
-
 def state_value(stdout: str, key: str) -> str:
     """The value a step or its read reports: `key` of its key=value lines, or for
     `json:FIELD` that field of its last JSON line (lists sorted)."""

@@ -9,7 +9,7 @@
         PULUMI_CONFIG_PASSPHRASE: the stack moves to the Pulumi CLI without redeploying)
 
 Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
-found under --expect-no-changes.
+found under --expect-no-changes, 8 cancelled (^C or SIGTERM; a second one terminates).
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from typing import Any
 from localengine import wire
 from localengine.deployment import STACK_TYPE
 from localengine.export import ExportError, passphrase_from_env, untyped_deployment
-from localengine.operations import OPS, Result, run
+from localengine.operations import OPS, Result, Terminated, run
 from localengine.project import StackConfigError
 from localengine.state import StateError, StateFile
 
 EXIT_NO_CHANGES = 7
+EXIT_CANCELLED = 8  # pkg/cmd/pulumi/cmd/exit_codes.go ExitCancelled
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -138,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {key:24} {text}")
         return 0
     log = (lambda _m: None) if args.json else (lambda m: print(m, flush=True))
-    result = run(
-        args.operation, args.stack, args.cwd, refresh=args.refresh,
-        replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
-    )  # fmt: skip
+    try:
+        result = run(
+            args.operation, args.stack, args.cwd, refresh=args.refresh,
+            replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
+        )  # fmt: skip
+    except Terminated:
+        # The provider hosts and the program are stopped; calls still in flight are not
+        # waited for (their threads would hold the exit), so the process ends here.
+        print("error: terminated: steps in flight were not waited for and are not "
+              "recorded; fix: `refresh`, then `up`", file=sys.stderr, flush=True)  # fmt: skip
+        sys.stdout.flush()
+        os._exit(EXIT_CANCELLED)
     if args.json:
         print(json.dumps(result.as_json(), indent=2, sort_keys=True, default=str))
     else:
@@ -154,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(result))
         if result.error:
             print(f"error: {result.error}", file=sys.stderr)
+    if result.cancelled:
+        return EXIT_CANCELLED
     if result.error:
         return 1
     if args.expect_no_changes and result.changed:

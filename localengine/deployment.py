@@ -142,6 +142,7 @@ class Deployment:
         self._inflight = 0
         self._idle = threading.Condition(self._lock)
         self.interrupted = False
+        self.terminated = False  # a second ^C: nothing more is waited for
 
     # --- bookkeeping ----------------------------------------------------------------
 
@@ -192,6 +193,8 @@ class Deployment:
             self._idle.notify_all()
 
     def wait_idle(self, timeout: float = 4 * 3600) -> None:
+        if self.terminated:
+            return
         with self._idle:
             self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout)
 
@@ -288,8 +291,11 @@ class Deployment:
                     got = e
             return got, time.monotonic() - started
 
-        with ThreadPoolExecutor(max_workers=self.parallel) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.parallel)
+        try:
             results = list(pool.map(lambda kr: read(kr[1]), targets))
+        finally:  # terminated: the reads in flight are not waited for
+            pool.shutdown(wait=not self.terminated, cancel_futures=True)
         errors = []
         for (key, res), (got, seconds) in zip(targets, results, strict=True):
             if isinstance(got, ProviderError):

@@ -38,6 +38,7 @@ class Result:
     seconds: float
     error: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    cancelled: bool = False  # a ^C or SIGTERM stopped it (the CLI's exit code 8)
 
     @property
     def changed(self) -> bool:
@@ -70,22 +71,51 @@ def refresh_default(project_dir: Path) -> bool:
     return str(options.get("refresh", "")).lower() == "always"
 
 
+class Terminated(BaseException):
+    """A second ^C or SIGTERM: stop now, steps in flight are not waited for."""
+
+
 @contextmanager
 def _interruptible(deployment: Deployment) -> Iterator[None]:
-    """First SIGINT: start no new step, let the steps in flight finish and be recorded."""
+    """pulumi pkg/backend/cancellation_scope.go: the first SIGINT or SIGTERM cancels (no
+    new step starts; the steps in flight finish and are recorded), the second terminates
+    (the provider hosts and the program are stopped, nothing more is waited for). The
+    program and the provider hosts run in sessions of their own, and so do the engine's
+    own ssh calls (`_engine_ssh`): a terminal's ^C reaches the engine alone, which decides."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_sigint(_sig: int, _frame: Any) -> None:
-        deployment.interrupted = True
-        deployment.log("^C received; cancelling: steps in flight finish and are recorded")
+    def on_signal(sig: int, _frame: Any) -> None:
+        shown = "^C" if sig == signal.SIGINT else "SIGTERM"
+        if not deployment.interrupted:
+            deployment.interrupted = True
+            again = "press ^C again" if sig == signal.SIGINT else "send SIGTERM again"
+            note = "" if deployment.preview else (
+                " Note that terminating immediately may lead to orphaned resources and other "
+                "inconsistencies."
+            )  # fmt: skip
+            deployment.log(
+                f"{shown} received; cancelling: steps in flight finish and are recorded. "
+                f"If you would like to terminate immediately, {again}.{note}"
+            )
+            return
+        deployment.terminated = True
+        deployment.log(f"{shown} received; terminating")
+        raise Terminated()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _engine_ssh(*args: Any, **kwargs: Any) -> Any:
+    """The engine's own ssh calls (the pulumi-command and pulumi-docker models), each in a
+    session of its own: a terminal's ^C goes to the engine, not to a call in flight."""
+    return run_ssh(*args, own_session=True, **kwargs)
 
 
 def run(
@@ -95,7 +125,7 @@ def run(
     *,
     refresh: bool | None = None,
     replace_urns: frozenset[str] = frozenset(),
-    transport: Transport = run_ssh,
+    transport: Transport = _engine_ssh,
     log: Callable[[str], None] = print,
     provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
     config: dict[str, Any] | None = None,
@@ -130,7 +160,7 @@ def _run(
     *,
     refresh: bool | None = None,
     replace_urns: frozenset[str] = frozenset(),
-    transport: Transport = run_ssh,
+    transport: Transport = _engine_ssh,
     log: Callable[[str], None] = print,
     provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
     config: dict[str, Any] | None = None,
@@ -204,4 +234,5 @@ def _run(
         seconds=time.monotonic() - started,
         error=error,
         counts=counts,
+        cancelled=deployment.interrupted,
     )

@@ -79,9 +79,15 @@ class ConnectionFiles:
 
 
 def run_ssh(
-    target: SshTarget, command: str, *, stdin: str | None = None, timeout: float | None = 600
+    target: SshTarget,
+    command: str,
+    *,
+    stdin: str | None = None,
+    timeout: float | None = 600,
+    own_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `command` in the node's login shell over ssh; never raises on exit status."""
+    """Run `command` in the node's login shell over ssh; never raises on exit status.
+    `own_session`: the ssh in a session of its own (a terminal's ^C does not reach it)."""
     return subprocess.run(
         target.argv(command),
         input=stdin if stdin is not None else "",
@@ -89,4 +95,5 @@ def run_ssh(
         text=True,
         timeout=timeout,
         check=False,
+        start_new_session=own_session,
     )

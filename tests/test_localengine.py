@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -813,3 +815,90 @@ def test_a_second_run_on_a_locked_stack_is_refused_and_a_killed_runs_lock_goes_w
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert not project.run("up").error
+
+
+# --- ^C and SIGTERM from a terminal (pkg/backend/cancellation_scope.go) ---------------------
+
+SLOW_PROGRAM = textwrap.dedent(
+    """
+    import os
+    import time
+    from pathlib import Path
+
+    import pulumi
+    from pulumi.dynamic import CreateResult, Resource, ResourceProvider
+
+
+    class Slow(ResourceProvider):
+        def create(self, props):
+            Path(props["name"] + ".started").write_text(str(os.getpid()))
+            time.sleep(float(props["seconds"]))
+            return CreateResult(props["name"], dict(props))
+
+
+    class SlowRes(Resource):
+        def __init__(self, name, seconds, opts=None):
+            super().__init__(Slow(), name, {"name": name, "seconds": seconds}, opts)
+
+
+    a = SlowRes("a", float(pulumi.Config().get("seconds") or 4))
+    SlowRes("b", 0, pulumi.ResourceOptions(depends_on=[a]))
+    """
+)
+
+
+def _engine_in_a_terminal(tmp_path: Path, seconds: float) -> Any:
+    """`python -m localengine up` as a terminal runs it: the leader of its own process
+    group (the terminal's foreground group gets the ^C)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("slow"))
+    (tmp_path / "Pulumi.test.yaml").write_text(f"config:\n  slow:seconds: '{seconds}'\n")
+    (tmp_path / "__main__.py").write_text(SLOW_PROGRAM)
+    env = {k: v for k, v in os.environ.items() if "BACKEND_URL" not in k}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localengine", "up", "--stack", "test", "--cwd", str(tmp_path)],
+        cwd=Path(__file__).resolve().parent.parent, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    started = tmp_path / "a.started"
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.1)
+    return proc
+
+
+def test_a_first_ctrl_c_lets_the_step_in_flight_finish_and_records_it(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    proc = _engine_in_a_terminal(tmp_path, seconds=4)
+    os.killpg(proc.pid, signal.SIGINT)  # the terminal's ^C, to the whole foreground group
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 8, out
+    assert "^C received; cancelling" in out and "press ^C again" in out
+    state = json.loads((tmp_path / ".localengine/stacks/slow/test.json").read_text())
+    names = {r["urn"].rsplit("::", 1)[-1] for r in state["checkpoint"]["latest"]["resources"]}
+    assert "a" in names, "the step in flight finished and was recorded"
+    assert "b" not in names and not (tmp_path / "b.started").exists(), "nothing new started"
+
+
+def test_a_second_ctrl_c_terminates_and_stops_the_provider_host(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    proc = _engine_in_a_terminal(tmp_path, seconds=300)
+    host = int((tmp_path / "a.started").read_text())
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 8, out
+    assert "SIGTERM received; cancelling" in out and "SIGTERM received; terminating" in out
+    assert "terminated: steps in flight were not waited for" in out
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{host}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{host}"), "the provider host was stopped"

@@ -146,6 +146,12 @@ class StateFile:
                 key = base64.urlsafe_b64encode(kdf.derive(passphrase.encode()))
             else:
                 self._key_file.parent.mkdir(parents=True, exist_ok=True)
+                if self._kind == "keyfile" and not self._key_file.exists():
+                    # A new key cannot open the old secrets: never made in its place.
+                    raise self._refuse(
+                        f"its key file {self._key_file} is missing",
+                        "restore that file (or the passphrase the state was written with)",
+                    )
                 if not self._key_file.exists():
                     fd = os.open(self._key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                     with os.fdopen(fd, "wb") as f:

@@ -781,6 +781,15 @@ def test_an_unreadable_state_or_a_wrong_passphrase_is_one_line(
     assert project.node.calls == []
 
 
+def test_a_missing_key_file_is_an_error_never_made_again(project: Project) -> None:
+    assert not project.run().error
+    key = project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.key"
+    key.unlink()
+    refused = project.run("up")
+    assert f"its key file {key} is missing" in refused.error, refused.error
+    assert not key.exists() and project.node.calls == []
+
+
 def test_a_second_run_on_a_locked_stack_is_refused_and_a_killed_runs_lock_goes_with_it(
     project: Project,
 ) -> None:

@@ -136,103 +136,79 @@ def run(
     `pulumi config set`). `parallel`: at most this many steps at once (the CLI's
     --parallel; default its default, four per CPU)."""
     started = time.monotonic()
-    try:
-        state = StateFile(project_dir, stack)
-    except StackConfigError as e:
-        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
-    # Update, Refresh and Destroy hold the stack's lock for the whole run; Preview does not.
-    lock = contextlib.nullcontext() if operation == "preview" else state.locked(operation)
-    try:
-        with lock:
-            return _run(
-                operation, stack, project_dir, refresh=refresh, replace_urns=replace_urns,
-                transport=transport, log=log, provider_factory=provider_factory,
-                config=config, secret_keys=secret_keys, parallel=parallel,
-            )  # fmt: skip
-    except StateError as e:
-        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
 
+    def refused(error: str) -> Result:
+        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=error)
 
-def _run(
-    operation: str,
-    stack: str,
-    project_dir: Path,
-    *,
-    refresh: bool | None = None,
-    replace_urns: frozenset[str] = frozenset(),
-    transport: Transport = _engine_ssh,
-    log: Callable[[str], None] = print,
-    provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
-    config: dict[str, Any] | None = None,
-    secret_keys: list[str] | None = None,
-    parallel: int | None = None,
-) -> Result:
-    """`run`, the stack's lock held (an `up`, `refresh` or `destroy`)."""
-    started = time.monotonic()
     preview = operation == "preview"
     parallel = parallel or default_parallel()
-    try:
-        project = project_file(project_dir)
-        state = StateFile(project_dir, stack)
-        if moved := state.move_from_earlier_location():
-            log(moved)
-    except StackConfigError as e:
-        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
-    # The engine's gRPC services for this run: the program's resource monitor and the
-    # engine service (whose address the provider hosts also get).
-    monitor, engine = EngineMonitor(), EngineService(log)
-    services = Services(monitor, engine)
-    try:
-        deployment = Deployment(
-            state, transport, preview=preview, log=log, replace_urns=replace_urns,
-            provider_factory=provider_factory, parallel=parallel,
-            plugins=PluginContext(project_dir, project, services.address),
-        )  # fmt: skip
-    except (EngineError, StateError) as e:
-        services.stop()
-        return Result(operation, [], [], {}, 0, 0, time.monotonic() - started, error=str(e))
-    monitor.deployment = deployment
-    do_refresh = refresh if refresh is not None else refresh_default(project_dir)
-    error = ""
-    with _interruptible(deployment):
+    # Undone in reverse at the end, however the run ends: the provider hosts, the engine's
+    # services, the stack's lock.
+    with contextlib.ExitStack() as held:
         try:
-            if operation == "refresh":
-                deployment.refresh()
-            elif operation == "destroy":
-                if do_refresh:
+            project = project_file(project_dir)
+            state = StateFile(project_dir, stack)
+            # Update, Refresh and Destroy hold the stack's lock for the whole run (pulumi
+            # diy backend); Preview does not.
+            if not preview:
+                held.enter_context(state.locked(operation))
+            if moved := state.move_from_earlier_location():
+                log(moved)
+        except (StackConfigError, StateError) as e:
+            return refused(str(e))
+        # The engine's gRPC services for this run: the program's resource monitor and the
+        # engine service (whose address the provider hosts also get).
+        monitor, engine = EngineMonitor(), EngineService(log)
+        services = Services(monitor, engine)
+        held.callback(services.stop)
+        try:
+            deployment = Deployment(
+                state, transport, preview=preview, log=log, replace_urns=replace_urns,
+                provider_factory=provider_factory, parallel=parallel,
+                plugins=PluginContext(project_dir, project, services.address),
+            )  # fmt: skip
+        except (EngineError, StateError) as e:
+            return refused(str(e))
+        held.callback(deployment.close)
+        monitor.deployment = deployment
+        do_refresh = refresh if refresh is not None else refresh_default(project_dir)
+        error = ""
+        with _interruptible(deployment):
+            try:
+                if operation == "refresh":
                     deployment.refresh()
-                deployment.destroy_all()
-            else:
-                if do_refresh:
-                    deployment.refresh()
-                try:
-                    run_program(
-                        project_dir, stack, deployment, services, engine, config, secret_keys,
-                        parallel,
-                    )  # fmt: skip
-                except BaseException as e:  # the program's or a step's error
-                    deployment.halt(str(e))
-                    raise
-                finally:
-                    deployment.wait_idle()
-                deployment.finish()
-        except (Exception, ProgramError) as e:  # reported as the run's error, one line first
-            error = deployment.failed() or str(e)
-        finally:
-            services.stop()
-            deployment.close()
+                elif operation == "destroy":
+                    if do_refresh:
+                        deployment.refresh()
+                    deployment.destroy_all()
+                else:
+                    if do_refresh:
+                        deployment.refresh()
+                    try:
+                        run_program(
+                            project_dir, stack, deployment, services, engine, config,
+                            secret_keys, parallel,
+                        )  # fmt: skip
+                    except BaseException as e:  # the program's or a step's error
+                        deployment.halt(str(e))
+                        raise
+                    finally:
+                        deployment.wait_idle()
+                    deployment.finish()
+            except (Exception, ProgramError) as e:  # the run's error, one line first
+                error = deployment.failed() or str(e)
         if deployment.interrupted and not error:
             error = "interrupted: steps in flight finished and are recorded"
-    counts = {op: sum(1 for s in deployment.steps if s.op == op) for op in OPS}
-    return Result(
-        operation=operation,
-        steps=deployment.steps,
-        refresh_steps=deployment.refresh_steps,
-        outputs=deployment.stack_outputs,
-        provider_writes=deployment.counters.writes,
-        provider_reads=deployment.counters.reads,
-        seconds=time.monotonic() - started,
-        error=error,
-        counts=counts,
-        cancelled=deployment.interrupted,
-    )
+        counts = {op: sum(1 for s in deployment.steps if s.op == op) for op in OPS}
+        return Result(
+            operation=operation,
+            steps=deployment.steps,
+            refresh_steps=deployment.refresh_steps,
+            outputs=deployment.stack_outputs,
+            provider_writes=deployment.counters.writes,
+            provider_reads=deployment.counters.reads,
+            seconds=time.monotonic() - started,
+            error=error,
+            counts=counts,
+            cancelled=deployment.interrupted,
+        )

@@ -30,13 +30,19 @@ def example_config(key_file: Path) -> dict[str, str]:
     return {k: v if isinstance(v, str) else json.dumps(v) for k, v in merged.items()}
 
 
-def test_the_example_program_deploys_a_cluster_from_its_own_config(tmp_path: Path) -> None:
+def example_cluster(tmp_path: Path) -> tuple[Path, dict[str, str], Any]:
+    """A key file, the example stack's config as the program gets it, and the cluster's
+    typed config its own module makes of it."""
     key = tmp_path / "id"
     key.write_text(TEST_PRIVATE_KEY)
     values = example_config(key)
     pulumi.runtime.set_all_config(values, [])
     module = runpy.run_path(str(EXAMPLE / "my_llm.py"), run_name="example")
-    cfg = module["cluster_config"](pulumi.Config("my-llm"))
+    return key, values, module["cluster_config"](pulumi.Config("my-llm"))
+
+
+def test_the_example_program_deploys_a_cluster_from_its_own_config(tmp_path: Path) -> None:
+    _key, values, cfg = example_cluster(tmp_path)
     assert [n.name for n in cfg.nodes] == ["left", "right"] and cfg.parallelism.tensor == 2
     assert cfg.nodes[1].ssh.user == "nvidia"  # the project's declared default
     answers = NodeAnswers(cfg)
@@ -69,12 +75,7 @@ def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     from localengine.operations import run
     from tests.test_plan_engine import Stack, changed
 
-    key = tmp_path / "id"
-    key.write_text(TEST_PRIVATE_KEY)
-    values = example_config(key)
-    pulumi.runtime.set_all_config(values, [])
-    module = runpy.run_path(str(EXAMPLE / "my_llm.py"), run_name="example")
-    cfg = module["cluster_config"](pulumi.Config("my-llm"))
+    key, _values, cfg = example_cluster(tmp_path)
     stack = Stack(tmp_path / "backend", monkeypatch)
     stack.project_dir = EXAMPLE
     stack.answers = NodeAnswers(cfg)

@@ -141,3 +141,63 @@ def test_a_state_written_by_earlier_code_loads_in_the_provider_host(fixture: Pat
                 host.delete(DYNAMIC, res["id"], inputs, outputs)
     finally:
         host.close()
+
+
+# What upgrading a deployed stack from the last landed code costs: each step this change
+# re-runs (and why), and never a container. A change that re-runs more must say so here.
+UPGRADE_FROM = "1f47042"
+RERUN_ON_UPGRADE = {
+    # The weights download always reads a token from stdin (empty without one), so adding
+    # or removing hf_token changes no step text again: a no-op re-run (weights complete).
+    "model-download-spark-1",
+    # Head-to-worker steps take the worker's user, port and host key at run time: no-op
+    # re-runs (the image and the weights are in place), and the versions probe after them.
+    "image-sync-spark-2",
+    "model-sync-spark-2",
+    "image-versions-spark-2",
+}
+
+
+def test_upgrading_a_deployed_stack_replaces_no_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from localengine.operations import run
+    from sparkvllm.config import load_stack_config
+    from tests.conftest import TEST_PRIVATE_KEY, stack_file
+    from tests.pulumi_mocks import NodeAnswers
+    from tests.test_plan_engine import Stack, changed
+
+    fixture = FIXTURES / UPGRADE_FROM
+    stacks = tmp_path / "backend" / ".localengine" / "stacks" / "spark-vllm"
+    stacks.mkdir(parents=True)
+    for name in ("spark.json", "spark.key"):
+        shutil.copy(fixture / name, stacks / name)
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    make = runpy_module(FIXTURES / "make.py")
+    monkeypatch.setenv("SPARKVLLM_STATE_DIR", make["FIXED_STATE_DIR"])
+    key = tmp_path / "id_test"
+    key.write_text(TEST_PRIVATE_KEY)
+    raw = {**stack_file("spark"), "ssh_private_key_file": str(key)}
+    stack.answers = NodeAnswers(load_stack_config(raw))
+    stack.node.images[raw["image"]["ref"]] = "sha256:" + "f" * 64
+
+    def engine(operation: str) -> dict[str, str]:
+        result = run(operation, "spark", ROOT, config=raw, refresh=False,
+                     provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
+        assert not result.error, result.error
+        return changed(result)
+
+    planned = engine("preview")
+    done = engine("up")
+    assert planned == done
+    assert {n for n, op in done.items() if op == "replace"} == RERUN_ON_UPGRADE, done
+    assert not any(n.endswith("-container") for n in done), done
+    assert engine("up") == {}
+
+
+def runpy_module(path: Path) -> dict[str, Any]:
+    import runpy
+
+    return runpy.run_path(str(path), run_name="fixture")

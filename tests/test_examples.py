@@ -72,7 +72,6 @@ def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     no sys.path edit; the program in its own process, the NodeSteps' provider loaded in the
     SDK's provider host started in the example's folder (where only the installed package
     can give `components`). The nodes are in memory (tests/test_plan_engine.py)."""
-    from localengine.operations import run
     from tests.test_plan_engine import Stack, changed
 
     key, _values, cfg = example_cluster(tmp_path)
@@ -85,10 +84,7 @@ def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     stack_file["my-llm:ssh_key_file"] = str(key)
 
     def engine(operation: str) -> dict[str, str]:
-        result = run(operation, "dev", EXAMPLE, config=stack_file, refresh=False,
-                     provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
-        assert not result.error, result.error
-        return changed(result)
+        return changed(stack.run_in(operation, "dev", EXAMPLE, stack_file))
 
     planned = engine("preview")
     done = engine("up")

@@ -120,8 +120,16 @@ class Stack:
         self.answers = NodeAnswers(load_stack_config(raw))
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
         secret: list[str] = [k for k in ("api_key", "hf_token") if k in raw]
-        result = run(operation, "spark", ROOT, config=raw, refresh=refresh, secret_keys=secret,
-                     provider_factory=self.factory, log=lambda _m: None)  # fmt: skip
+        return self.run_in(operation, "spark", ROOT, raw, secret, refresh)
+
+    def run_in(
+        self, operation: str, stack: str, project_dir: Path, config: dict[str, Any],
+        secret_keys: list[str] | None = None, refresh: bool = False,
+    ) -> Result:  # fmt: skip
+        """One engine operation on these in-memory nodes, for any project and stack."""
+        result = run(operation, stack, project_dir, config=config, refresh=refresh,
+                     secret_keys=secret_keys, provider_factory=self.factory,
+                     log=lambda _m: None)  # fmt: skip
         assert not result.error, result.error
         return result
 

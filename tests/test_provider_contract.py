@@ -163,10 +163,7 @@ def test_upgrading_a_deployed_stack_replaces_no_container(
 ) -> None:
     import shutil
 
-    from localengine.operations import run
-    from sparkvllm.config import load_stack_config
     from tests.conftest import TEST_PRIVATE_KEY, stack_file
-    from tests.pulumi_mocks import NodeAnswers
     from tests.test_plan_engine import Stack, changed
 
     fixture = FIXTURES / UPGRADE_FROM
@@ -180,14 +177,9 @@ def test_upgrading_a_deployed_stack_replaces_no_container(
     key = tmp_path / "id_test"
     key.write_text(TEST_PRIVATE_KEY)
     raw = {**stack_file("spark"), "ssh_private_key_file": str(key)}
-    stack.answers = NodeAnswers(load_stack_config(raw))
-    stack.node.images[raw["image"]["ref"]] = "sha256:" + "f" * 64
 
     def engine(operation: str) -> dict[str, str]:
-        result = run(operation, "spark", ROOT, config=raw, refresh=False,
-                     provider_factory=stack.factory, log=lambda _m: None)  # fmt: skip
-        assert not result.error, result.error
-        return changed(result)
+        return changed(stack.run(operation, raw))
 
     planned = engine("preview")
     done = engine("up")

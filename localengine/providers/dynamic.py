@@ -82,8 +82,11 @@ class ProviderHost:
             start_new_session=True,
         )  # fmt: skip
         _LIVE.add(self.proc)
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
+        threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()
         port = self._port()
+        # After the port, whatever a provider prints is read too (as the CLI reads a
+        # plugin's output), so a full pipe never stalls the host.
+        threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
         self.channel = grpc.insecure_channel(
             f"127.0.0.1:{port}",
             options=[
@@ -91,17 +94,23 @@ class ProviderHost:
                 ("grpc.max_send_message_length", 400 * 1024 * 1024),
             ],
         )
-        grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
-        self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)
-        self.stub.Configure(
-            provider_pb2.ConfigureRequest(
-                args=struct_pb2.Struct(), acceptSecrets=True, acceptResources=True
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
+            self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)
+            self.stub.Configure(
+                provider_pb2.ConfigureRequest(
+                    args=struct_pb2.Struct(), acceptSecrets=True, acceptResources=True
+                )
             )
-        )
+        except (grpc.FutureTimeoutError, grpc.RpcError) as e:
+            self.close()
+            raise ProviderError(
+                f"the dynamic provider host in {context.project_dir} did not answer on port "
+                f"{port}: {e}; fix: see its output: {' | '.join(list(self.stderr)[-5:])}"
+            ) from None
 
-    def _drain_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in iter(self.proc.stderr.readline, ""):
+    def _drain(self, stream: Any) -> None:
+        for line in iter(stream.readline, ""):
             self.stderr.append(line.rstrip("\n"))
 
     def _port(self) -> int:

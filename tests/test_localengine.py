@@ -911,3 +911,64 @@ def test_a_second_ctrl_c_terminates_and_stops_the_provider_host(tmp_path: Path) 
     while os.path.exists(f"/proc/{host}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{host}"), "the provider host was stopped"
+
+
+READS_PROGRAM = textwrap.dedent(
+    """
+    import time
+    from pathlib import Path
+
+    import pulumi
+    from pulumi.dynamic import CreateResult, ReadResult, Resource, ResourceProvider
+
+
+    class Counted(ResourceProvider):
+        def create(self, props):
+            return CreateResult(props["name"], dict(props))
+
+        def read(self, id_, props):
+            with open("reads.log", "a") as f:
+                f.write(f"+ {time.monotonic()}\\n")
+            time.sleep(0.5)
+            with open("reads.log", "a") as f:
+                f.write(f"- {time.monotonic()}\\n")
+            return ReadResult(id_, props)
+
+
+    class CountedRes(Resource):
+        def __init__(self, name):
+            super().__init__(Counted(), name, {"name": name})
+
+
+    for i in range(8):
+        CountedRes(f"r{i}")
+    """
+)
+
+
+def _most_at_once(log: Path) -> int:
+    events = sorted(
+        (float(t), 1 if sign == "+" else -1)
+        for sign, t in (line.split() for line in log.read_text().splitlines())
+    )
+    now = most = 0
+    for _t, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize(("parallel", "most"), [(16, 4), (2, 2), (1, 1)])
+def test_a_refresh_reads_in_parallel_as_far_as_the_host_and_parallel_allow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parallel: int, most: int
+) -> None:
+    """The engine refreshes every resource at once up to --parallel; the SDK's provider
+    host serves at most 4 calls at a time (its ThreadPoolExecutor(max_workers=4))."""
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("reads"))
+    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
+    (tmp_path / "__main__.py").write_text(READS_PROGRAM)
+    assert not run("up", "test", tmp_path, log=lambda _m: None).error
+    refreshed = run("refresh", "test", tmp_path, parallel=parallel, log=lambda _m: None)
+    assert not refreshed.error and len(refreshed.refresh_steps) == 8
+    assert _most_at_once(tmp_path / "reads.log") == most

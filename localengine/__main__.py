@@ -31,6 +31,7 @@ from localengine.state import StateError, StateFile
 
 EXIT_NO_CHANGES = 7
 EXIT_CANCELLED = 8  # pkg/cmd/pulumi/cmd/exit_codes.go ExitCancelled
+EXIT_INTERNAL = 255  # ExitInternalError
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -67,6 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--show-secrets", action="store_true", help="output: show secret values")
     p.add_argument("--file", type=Path, default=None,
                    help="export: write here (default: standard output)")  # fmt: skip
+    p.add_argument("--debug", action="store_true", help="show an internal error's traceback")
     p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -119,6 +121,17 @@ def export_stack(project_dir: Path, stack: str, file: Path | None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args)
+    except Exception as e:  # the engine's own fault: one line, the traceback on demand
+        if args.debug:
+            raise
+        print(f"error: internal: {type(e).__name__}: {e} (run with --debug for the traceback)",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERNAL
+
+
+def _main(args: argparse.Namespace) -> int:
     if args.operation == "export":
         return export_stack(args.cwd, args.stack, args.file)
     if args.operation == "output":

@@ -972,3 +972,19 @@ def test_a_refresh_reads_in_parallel_as_far_as_the_host_and_parallel_allow(
     refreshed = run("refresh", "test", tmp_path, parallel=parallel, log=lambda _m: None)
     assert not refreshed.error and len(refreshed.refresh_steps) == 8
     assert _most_at_once(tmp_path / "reads.log") == most
+
+
+def test_an_internal_error_is_one_line_and_its_traceback_on_demand(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_a: Any, **_kw: Any) -> Any:
+        raise ValueError("a bug of the engine")
+
+    monkeypatch.setattr(cli, "run", broken)
+    assert cli.main(["up", "--stack", "sim"]) == 255
+    said = capsys.readouterr().err
+    assert said == (
+        "error: internal: ValueError: a bug of the engine (run with --debug for the traceback)\n"
+    )
+    with pytest.raises(ValueError, match="a bug of the engine"):
+        cli.main(["up", "--stack", "sim", "--debug"])

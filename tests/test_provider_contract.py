@@ -143,30 +143,36 @@ def test_a_state_written_by_earlier_code_loads_in_the_provider_host(fixture: Pat
         host.close()
 
 
-# What upgrading a deployed stack from the last landed code costs: each step this change
-# re-runs (and why), and never a container. A change that re-runs more must say so here.
-UPGRADE_FROM = "1f47042"
+# What upgrading a deployed stack costs: each step a later change re-runs (and why), and
+# never a container. A change that re-runs more must say so here.
 RERUN_ON_UPGRADE = {
-    # The weights download always reads a token from stdin (empty without one), so adding
-    # or removing hf_token changes no step text again: a no-op re-run (weights complete).
-    "model-download-spark-1",
-    # Head-to-worker steps take the worker's user, port and host key at run time: no-op
-    # re-runs (the image and the weights are in place), and the versions probe after them.
-    "image-sync-spark-2",
-    "model-sync-spark-2",
-    "image-versions-spark-2",
-}
+    # The last landed code (stop 20). The weights download always reads a token from stdin
+    # now (empty without one), so adding or removing hf_token changes no step text again:
+    # a no-op re-run (the weights are complete). Head-to-worker steps take the worker's
+    # user, port and host key at run time: no-op re-runs (the image and the weights are in
+    # place), and the worker's versions probe after them.
+    "1f47042": {
+        "model-download-spark-1", "image-sync-spark-2", "model-sync-spark-2",
+        "image-versions-spark-2",
+    },
+    # The code that introduced the provider contract: nothing since changes a step.
+    "ab4b42b": set(),
+}  # fmt: skip
 
 
+@pytest.mark.parametrize("commit", sorted(RERUN_ON_UPGRADE))
 def test_upgrading_a_deployed_stack_replaces_no_container(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    commit: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A state as that code wrote it, with today's code: preview shows what up does, up
+    re-runs only the listed steps and replaces no container, the next up does nothing, and
+    destroy removes everything (the real host's Read of these pickles: the test above)."""
     import shutil
 
     from tests.conftest import TEST_PRIVATE_KEY, stack_file
     from tests.test_plan_engine import Stack, changed
 
-    fixture = FIXTURES / UPGRADE_FROM
+    fixture = FIXTURES / commit
     stacks = tmp_path / "backend" / ".localengine" / "stacks" / "spark-vllm"
     stacks.mkdir(parents=True)
     for name in ("spark.json", "spark.key"):
@@ -184,9 +190,14 @@ def test_upgrading_a_deployed_stack_replaces_no_container(
     planned = engine("preview")
     done = engine("up")
     assert planned == done
-    assert {n for n, op in done.items() if op == "replace"} == RERUN_ON_UPGRADE, done
+    assert {n for n, op in done.items() if op == "replace"} == RERUN_ON_UPGRADE[commit], done
     assert not any(n.endswith("-container") for n in done), done
     assert engine("up") == {}
+    gone = stack.run("destroy", raw)
+    assert gone.steps and all(s.op == "delete" for s in gone.steps)
+    assert json.loads((stacks / "spark.json").read_text())["checkpoint"]["latest"].get(
+        "resources"
+    ) in (None, [])
 
 
 def runpy_module(path: Path) -> dict[str, Any]:

@@ -77,7 +77,10 @@ def runner(tmp_path: Path) -> dict[str, str]:
     home.mkdir()
     bin_.mkdir()
     shim = bin_ / "pulumi"
-    shim.write_text(f"#!{sys.executable}\n{SHIM}")
+    # The engine is this checkout's (not an installed package): on the shim's sys.path.
+    shim.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO_ROOT)!r})\n{SHIM}"
+    )
     shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "SPARKVLLM_STATE_DIR"}
     env.update(

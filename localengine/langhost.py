@@ -35,6 +35,8 @@ from typing import Any
 import grpc
 from pulumi.runtime.proto import engine_pb2_grpc, resource_pb2_grpc
 
+from localengine.project import runtime_options
+
 VENDOR = Path(__file__).resolve().parent / "vendor"
 EXEC = VENDOR / "pulumi-language-python-exec"
 ORGANIZATION = "organization"  # the file backend's organization (filestate backend.go)
@@ -48,13 +50,6 @@ GRPC_OPTIONS = [
 
 class ProgramError(Exception):
     """The program could not be started, or it failed (the message says why)."""
-
-
-def runtime_options(project: dict[str, Any]) -> dict[str, Any]:
-    runtime = project.get("runtime")
-    if isinstance(runtime, dict):
-        return dict(runtime.get("options") or {})
-    return {}
 
 
 def virtualenv(project_dir: Path, project: dict[str, Any]) -> Path | None:

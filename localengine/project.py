@@ -25,3 +25,11 @@ def project_file(project_dir: Path) -> dict[str, Any]:
 def project_name(project_dir: Path) -> str:
     """The project's name: the second part of every URN and the folder of its states."""
     return str(project_file(project_dir)["name"])
+
+
+def runtime_options(project: dict[str, Any]) -> dict[str, Any]:
+    """Pulumi.yaml's `runtime.options` (none when `runtime` is the short form, a name)."""
+    runtime = project.get("runtime")
+    if isinstance(runtime, dict):
+        return dict(runtime.get("options") or {})
+    return {}

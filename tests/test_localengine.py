@@ -988,3 +988,26 @@ def test_an_internal_error_is_one_line_and_its_traceback_on_demand(
     )
     with pytest.raises(ValueError, match="a bug of the engine"):
         cli.main(["up", "--stack", "sim", "--debug"])
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        ("python", {}),  # the short form: a name, no options
+        (
+            {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}},
+            {"PULUMI_RUNTIME_TOOLCHAIN": "pip", "PULUMI_RUNTIME_VIRTUALENV": ".venv"},
+        ),
+    ],
+    ids=["short", "with options"],
+)
+def test_a_provider_hosts_environment_from_either_form_of_runtime(
+    runtime: Any, expected: dict[str, str]
+) -> None:
+    """provider_plugin.go NewProvider: each runtime option as PULUMI_RUNTIME_<NAME>, and
+    PULUMI_PROJECT. (The short form, `runtime: python`, raised AttributeError before.)"""
+    from localengine.providers.dynamic import PluginContext
+
+    env = PluginContext(Path("/nonexistent"), {"name": "p", "runtime": runtime}, "a").environment()
+    ours = {k: v for k, v in env.items() if k.startswith("PULUMI_RUNTIME_")}
+    assert ours == expected and env["PULUMI_PROJECT"] == "p"

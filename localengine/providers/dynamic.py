@@ -40,6 +40,8 @@ from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
 from localengine import wire
+from localengine.langhost import GRPC_OPTIONS
+from localengine.project import runtime_options
 from localengine.providers.base import DiffResult, ProviderError, ReadResult
 
 TYPE = "pulumi-python:dynamic:Resource"
@@ -60,9 +62,7 @@ class PluginContext:
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        runtime = self.project.get("runtime")
-        options = runtime.get("options") or {} if isinstance(runtime, dict) else {}
-        for key, value in options.items():
+        for key, value in runtime_options(self.project).items():
             text = value if isinstance(value, str) else str(value).lower()
             env[f"PULUMI_RUNTIME_{key.upper()}"] = text
         env["PULUMI_PROJECT"] = str(self.project.get("name"))
@@ -87,13 +87,7 @@ class ProviderHost:
         # After the port, whatever a provider prints is read too (as the CLI reads a
         # plugin's output), so a full pipe never stalls the host.
         threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True).start()
-        self.channel = grpc.insecure_channel(
-            f"127.0.0.1:{port}",
-            options=[
-                ("grpc.max_receive_message_length", 400 * 1024 * 1024),
-                ("grpc.max_send_message_length", 400 * 1024 * 1024),
-            ],
-        )
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=GRPC_OPTIONS)
         try:
             grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
             self.stub = provider_pb2_grpc.ResourceProviderStub(self.channel)

@@ -1,11 +1,20 @@
-"""The graph: GB10Node xN -> SyncedImage -> RayHead -> RayWorker x(N-1) -> ModelServer.
+"""The graph: GB10Node xN -> SyncedImage -> ModelWeights -> the ranks -> outputs, where the
+ranks are RayHead -> RayWorker x(N-1) -> ModelServer (launcher ray), or ModelServer (rank
+0) -> VllmRank x(N-1) (launcher native: vLLM's own multi-node launcher, no Ray).
 
 `deploy` builds each component's plan from a validated config (sparkvllm/specs/plans.py),
 registers the components on them, and returns the stack outputs (a function, so tests
-under Pulumi's mocks can inspect them)."""
+under Pulumi's mocks can inspect them).
+
+`parallelism.launcher: auto` is decided from the Ray the image holds, read on the head
+(SyncedImage.head_ray, re-read only for a new image): the serving part is registered once
+that reading is known. A preview that cannot know it yet (a new stack or a new image)
+shows native and warns that `up` runs Ray if the image holds it; an explicit launcher is
+always previewed exactly."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pulumi
@@ -17,7 +26,7 @@ from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
-from sparkvllm.specs import plans, versions
+from sparkvllm.specs import containers, plans, versions
 from sparkvllm.workstation import SshAccess, workstation_versions
 
 
@@ -53,27 +62,30 @@ def deploy(
     image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes), top)
     weights_plan = plans.model_weights(cfg, access.host_keys, access.hf_token_ref)
     weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
-    head_plan = plans.ray_head(cfg, stack)
-    head = RayHead(head_plan.name, RayHeadArgs(head_plan, nodes[cfg.head], image), top)
-    workers = []
-    for n in cfg.worker_nodes:
-        worker_plan = plans.ray_worker(cfg, stack, n)
-        workers.append(
-            RayWorker(worker_plan.name, RayWorkerArgs(worker_plan, nodes[n.name], image, head), top)
-        )
-    server_plan = plans.model_server(cfg, stack)
-    server = ModelServer(
-        server_plan.name,
-        ModelServerArgs(server_plan, nodes, image, head, workers, weights, api_key),
-        top,
-    )
+
+    def serve(launcher: str, why: str) -> dict[str, Any]:
+        return _serve(cfg, stack, launcher, why, nodes, image, weights, api_key, top)
+
+    if cfg.parallelism.launcher != "auto":
+        serving = serve(*plans.launcher(cfg))
+    else:
+
+        def decide(ray: str | None) -> dict[str, Any]:
+            known = ray if isinstance(ray, str) else None
+            chosen, why = plans.launcher(cfg, known)
+            if known is None:
+                pulumi.log.warn(f"launcher: {chosen} assumed ({why})")
+            return serve(chosen, why)
+
+        # Run with unknowns too: a preview that cannot know the image's Ray yet still
+        # shows a serving part (and says which it assumed), rather than none.
+        decided = image.head_ray.apply(decide, run_with_unknowns=True)
+        serving = {k: decided.apply(partial(_pick, k)) for k in _SERVING}
     return {
-        "endpoint": server.endpoint,
-        "health": server.health,
+        **{k: serving[k] for k in ("endpoint", "health")},
         "served_model": cfg.model.name_for_clients,
-        "ray_dashboard": head.dashboard_url,
-        "ray_dashboard_tunnel": head.dashboard_tunnel,
-        "ray_gcs_address": head.gcs_address,
+        **{k: serving[k] for k in ("ray_dashboard", "ray_dashboard_tunnel", "ray_gcs_address")},
+        "launcher": serving["launcher"],
         "image": {
             "ref": cfg.image.ref,
             "fingerprint": image.fingerprint,
@@ -88,7 +100,7 @@ def deploy(
         },
         "nodes": {name: node.facts for name, node in nodes.items()},
         "nccl": pulumi.Output.all(
-            image.versions, {n: node.facts for n, node in nodes.items()}, server.health
+            image.versions, {n: node.facts for n, node in nodes.items()}, serving["health"]
         ).apply(lambda v: _nccl(*v)),
         "ray_client": image.versions.apply(_ray_client),
     }
@@ -113,3 +125,67 @@ def _ray_client(cluster: dict[str, str]) -> dict[str, object]:
     if problem and here.get("ray"):
         pulumi.log.warn(problem)
     return {"compatible": not problem, "workstation": here, "detail": problem}
+
+
+def _pick(key: str, outputs: dict[str, Any]) -> Any:
+    return outputs[key]
+
+
+_SERVING = ("endpoint", "health", "ray_dashboard", "ray_dashboard_tunnel", "ray_gcs_address",
+            "launcher")  # fmt: skip
+
+
+def _serve(
+    cfg: StackConfig,
+    stack: str,
+    launcher: str,
+    why: str,
+    nodes: dict[str, GB10Node],
+    image: SyncedImage,
+    weights: ModelWeights,
+    api_key: pulumi.Output[str] | None,
+    top: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """Register the ranks of `launcher` and return their outputs (_SERVING)."""
+    pulumi.log.info(f"launcher: {launcher} ({why})")
+    if launcher == containers.NATIVE:
+        server_plan = plans.model_server(cfg, stack, launcher)
+        server = ModelServer(
+            server_plan.name,
+            ModelServerArgs(
+                server_plan, nodes, image, None, [], weights, api_key,
+                ranks=[plans.vllm_rank(cfg, stack, n) for n in cfg.worker_nodes],
+            ),
+            top,
+        )  # fmt: skip
+        return {
+            "endpoint": server.endpoint,
+            "health": server.health,
+            # No Ray: empty (a None output would vanish, and keys never do).
+            "ray_dashboard": "",
+            "ray_dashboard_tunnel": "",
+            "ray_gcs_address": "",
+            "launcher": {"name": launcher, "why": why},
+        }
+    head_plan = plans.ray_head(cfg, stack)
+    head = RayHead(head_plan.name, RayHeadArgs(head_plan, nodes[cfg.head], image), top)
+    workers = []
+    for n in cfg.worker_nodes:
+        worker_plan = plans.ray_worker(cfg, stack, n)
+        workers.append(
+            RayWorker(worker_plan.name, RayWorkerArgs(worker_plan, nodes[n.name], image, head), top)
+        )
+    server_plan = plans.model_server(cfg, stack)
+    server = ModelServer(
+        server_plan.name,
+        ModelServerArgs(server_plan, nodes, image, head, workers, weights, api_key),
+        top,
+    )
+    return {
+        "endpoint": server.endpoint,
+        "health": server.health,
+        "ray_dashboard": head.dashboard_url,
+        "ray_dashboard_tunnel": head.dashboard_tunnel,
+        "ray_gcs_address": head.gcs_address,
+        "launcher": {"name": launcher, "why": why},
+    }

@@ -13,6 +13,7 @@ every check passed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import pulumi
 from components.adapters import gated, remote_command
 from components.gb10_node import GB10Node
 from components.node_step import NodeStep
-from sparkvllm.specs.output import key_values, same_on_every_node
+from sparkvllm.specs.output import key_values, last_json, same_on_every_node
 from sparkvllm.specs.plans import ImagePlan
 
 
@@ -120,6 +121,23 @@ class SyncedImage(pulumi.ComponentResource):
         self.versions = pulumi.Output.all(**{n: p.stdout for n, p in probes.items()}).apply(
             plan.agreed_versions
         )
+        # The Ray the image holds on the head ("" for none, None while unknown): what
+        # `launcher: auto` decides on. Only for `auto` (an explicit launcher adds no step).
+        # Its step re-runs only for a new image and carries the value in its ID, so a
+        # deployed stack knows it in every preview (an access change included); a stack
+        # deployed before the step existed knows it from the head's versions probe.
+        self.head_ray: pulumi.Output[str | None] = pulumi.Output.from_input(None)
+        if plan.decide_launcher:
+            ray = NodeStep(
+                plan.ray,
+                reach=head.reach,
+                triggers=[obtain.generation],
+                id_value=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[obtain]),
+            )
+            self.head_ray = pulumi.Output.all(ray.id_value, probes[plan.head].stdout).apply(
+                _head_ray, run_with_unknowns=True
+            )
         kv = {n: s.stdout.apply(key_values) for n, s in self.steps.items()}
         self.fingerprint = pulumi.Output.all(
             **{n: v.apply(lambda d: d.get("fingerprint", "")) for n, v in kv.items()}
@@ -158,3 +176,16 @@ def _moved_to(
     return pulumi.Output.all(printed, relayed).apply(
         lambda a: a[0].get("transferred") == "1" or node in a[1]
     )
+
+
+def _head_ray(values: object) -> str | None:
+    """The Ray version from the image-ray step's ID, else from the head's versions probe;
+    None while neither is known (a preview of a new stack or image)."""
+    if not isinstance(values, list):
+        return None
+    from_id, probe = values
+    if isinstance(from_id, str) and from_id:
+        return str(json.loads(from_id))
+    if isinstance(probe, str) and probe:
+        return str(last_json(probe).get("ray", ""))
+    return None

@@ -604,11 +604,23 @@ class ModelConfig(_Closed):
         return self.served_name or self.id
 
 
+Launcher = Literal["auto", "ray", "native"]
+
+
 class ParallelismConfig(_Closed):
     """How the model is split across GPUs: tensor x pipeline must equal the total GPUs."""
 
     tensor: int = Field(ge=1, description="Tensor-parallel size (--tensor-parallel-size).")
     pipeline: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    launcher: Launcher = Field(
+        "auto",
+        description="How the ranks run across the nodes. `native`: vLLM's own multi-node "
+        "launcher, one `vllm serve` container per node (rank 0 on the head serves the API, "
+        "the others `--headless`), no Ray; `ray`: a Ray cluster and `vllm serve "
+        "--distributed-executor-backend ray` on the head (needs an image with Ray); `auto`: "
+        "`ray` when the image holds Ray, else `native` (read on the head with the image's "
+        "versions).",
+    )
 
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
@@ -766,28 +778,34 @@ def ray_port_owner(port: int) -> str | None:
 
 
 class PortsConfig(_Closed):
-    """Ports on the nodes (host network): Ray GCS, Ray dashboard, the OpenAI API."""
+    """Ports on the nodes (host network): Ray GCS and dashboard (launcher ray), the
+    native launcher's master port, the OpenAI API."""
 
     ray_gcs: int = Field(6379, ge=1024, le=65535, description="Ray GCS port on the head.")
     ray_dashboard: int = Field(8265, ge=1024, le=65535, description="Ray dashboard port.")
+    master: int = Field(
+        29501,
+        ge=1024,
+        le=65535,
+        description="The native launcher's rendezvous port on the head's cluster-link "
+        "address (--master-port; vLLM's default).",
+    )
     api: int = Field(8000, ge=1024, le=65535, description="OpenAI-compatible API port.")
 
     @model_validator(mode="after")
     def _distinct(self) -> PortsConfig:
-        used = [self.ray_gcs, self.ray_dashboard, self.api]
-        if len(set(used)) != 3:
-            raise ValueError(
-                f"ports must differ, got ray_gcs={self.ray_gcs}, ray_dashboard="
-                f"{self.ray_dashboard}, api={self.api}; fix: give each its own port"
-            )
-        for name, port in (("ray_gcs", self.ray_gcs), ("ray_dashboard", self.ray_dashboard),
-                           ("api", self.api)):  # fmt: skip
+        named = {"ray_gcs": self.ray_gcs, "ray_dashboard": self.ray_dashboard,
+                 "master": self.master, "api": self.api}  # fmt: skip
+        if len(set(named.values())) != len(named):
+            given = ", ".join(f"{k}={v}" for k, v in named.items())
+            raise ValueError(f"ports must differ, got {given}; fix: give each its own port")
+        for name, port in named.items():
             owner = ray_port_owner(port)
             if owner:
                 raise ValueError(
                     f"{name}={port} is taken by {owner} on the nodes; fix: pick a port "
                     "outside 10001-19999, 23000-23999, 44217, 44227 and 52365 (defaults: "
-                    "ray_gcs 6379, ray_dashboard 8265, api 8000)"
+                    "ray_gcs 6379, ray_dashboard 8265, master 29501, api 8000)"
                 )
         return self
 

@@ -37,8 +37,12 @@ _OWNED_BY: dict[str, tuple[str, ...]] = {
     "parallelism.tensor": ("--tensor-parallel-size", "-tp"),
     "parallelism.pipeline": ("--pipeline-parallel-size", "-pp"),
     "always 1: tensor x pipeline uses every GPU": ("--data-parallel-size", "-dp"),
-    "Ray places every rank on its node": ("--nnodes", "-n", "--node-rank", "-r"),
-    "always ray": ("--distributed-executor-backend",),
+    # The launcher gives each node its rank (native) or places the ranks by Ray (ray).
+    "parallelism.launcher": (
+        "--distributed-executor-backend", "--nnodes", "-n", "--node-rank", "-r", "--headless",
+    ),
+    "ports.master": ("--master-port",),
+    "always the head's cluster-link address": ("--master-addr",),
     "always 0.0.0.0": ("--host",),
     "ports.api": ("--port",),
     "model.revision": ("--revision",),

@@ -21,6 +21,7 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.cluster import SparkVllmCluster, SparkVllmClusterArgs
+from components.node_step import state_value, step_id
 from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
 from localengine.wire import plain as unwrap_secrets
@@ -222,7 +223,7 @@ class NodeAnswers(pulumi.runtime.Mocks):
             if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
                 fp = self.fingerprint(n.name)
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
-            if name == f"image-versions-{n.name}":
+            if name in (f"image-versions-{n.name}", f"image-ray-{n.name}"):
                 return json.dumps(self.versions(n.name))
         if name == f"{cfg.head}-hub-access":
             return json.dumps({"hub": "ok", "status": 200, "gated": False,
@@ -281,9 +282,11 @@ class NodeAnswers(pulumi.runtime.Mocks):
             outputs["stdout"] = self.stdout_for(args.name)
             outputs["stderr"] = ""
         if args.typ == "pulumi-python:dynamic:Resource":
-            # As NodeStepProvider.create: the ID is `<step>-<generation>`.
+            # As NodeStepProvider.create names it.
             outputs["generation"] = hashlib.sha256(args.name.encode()).hexdigest()[:16]
-            return f"{args.name}-{outputs['generation']}", outputs
+            key = args.inputs.get("state_key")
+            value = state_value(outputs["stdout"], str(key)) if key else ""
+            return step_id(args.inputs, value, outputs["generation"]), outputs
         digest = hashlib.sha256(args.name.encode()).hexdigest()[:12]
         return f"{args.name}-{digest}", outputs
 

@@ -18,7 +18,7 @@ import dill
 import pytest
 import yaml
 
-from components.node_step import state_value
+from components.node_step import state_value, step_id
 from localengine import wire
 from localengine.operations import Result, run
 from localengine.program import project_file
@@ -77,7 +77,7 @@ class AnswerStep(DynamicProvider):
         value = state_value(stdout, str(key)) if key else ""
         outs = {**inputs, "stdout": stdout, "expected": value, "observed": value,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
-        return f"{name}-{outs['generation']}", outs  # as NodeStepProvider.create names it
+        return step_id(inputs, value, outs["generation"]), outs
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self.node.calls.append(f"undo {id_}")
@@ -107,6 +107,9 @@ class Stack:
         self.node = Node()
         self.answers: NodeAnswers | None = None
         self.project_dir = ROOT
+        # What the image holds, as its versions probe prints it (default: with Ray).
+        self.versions: dict[str, str] | None = None
+        self.logged: list[str] = []
 
     def factory(self, pkg: str, inputs: dict[str, Any]) -> Provider:
         assert self.answers is not None
@@ -116,21 +119,26 @@ class Stack:
             return FakeDocker(self.node, inputs)
         return AnswerStep(self.node, self.answers, self.project_dir)
 
-    def run(self, operation: str, raw: dict[str, Any], refresh: bool = False) -> Result:
+    def run(
+        self, operation: str, raw: dict[str, Any], refresh: bool = False, check: bool = True
+    ) -> Result:
         self.answers = NodeAnswers(load_stack_config(raw))
+        if self.versions is not None:
+            versions = dict(self.versions)
+            self.answers.versions = lambda _node: dict(versions)
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
         secret: list[str] = [k for k in ("api_key", "hf_token") if k in raw]
-        return self.run_in(operation, "spark", ROOT, raw, secret, refresh)
+        return self.run_in(operation, "spark", ROOT, raw, secret, refresh, check)
 
     def run_in(
         self, operation: str, stack: str, project_dir: Path, config: dict[str, Any],
-        secret_keys: list[str] | None = None, refresh: bool = False,
+        secret_keys: list[str] | None = None, refresh: bool = False, check: bool = True,
     ) -> Result:  # fmt: skip
         """One engine operation on these in-memory nodes, for any project and stack."""
         result = run(operation, stack, project_dir, config=config, refresh=refresh,
                      secret_keys=secret_keys, provider_factory=self.factory,
-                     log=lambda _m: None)  # fmt: skip
-        assert not result.error, result.error
+                     log=self.logged.append)  # fmt: skip
+        assert not (check and result.error), result.error
         return result
 
 
@@ -234,6 +242,8 @@ def test_preview_equals_up_and_only_what_must_change_changes(
     change: Callable[[dict[str, Any]], None], expected: set[str],
 ) -> None:  # fmt: skip
     stack = Stack(tmp_path / "backend", monkeypatch)
+    # An explicit launcher: every preview is exact (tests/test_launcher.py: auto's).
+    base = {**base, "parallelism": {**base["parallelism"], "launcher": "ray"}}
     stack.run("up", base)
     assert changed(stack.run("up", base)) == {}, "a second up is a no-op"
     after = copy.deepcopy(base)

@@ -709,21 +709,49 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
     )
 
 
-def server_guard(cfg: StackConfig, server: str) -> CommandSpec:
+# A rank of the native launcher started again after it was created (its node restarted, or
+# it crashed and docker restarted it): the group it formed is gone, and vLLM cannot take a
+# rank back into a running group. Docker creates and starts a container in one call.
+RESTART_MARGIN_S = 120
+
+
+def _container_state(name: str) -> list[str]:
+    """Bash setting $s to the container's state: absent, running, restarted (running, but
+    started again well after it was created) or docker's other states."""
+    fmt = "{{.State.Status}} {{.Created}} {{.State.StartedAt}}"
+    return [
+        (
+            f"read -r s created started < <(docker inspect -f '{fmt}' {name} 2>/dev/null"
+            " || echo absent)"
+        ),
+        'up=$(( $(date -d "$started" +%s) - $(date -d "$created" +%s) ))',
+        f'if [ "$s" = running ] && [ "$up" -gt {RESTART_MARGIN_S} ]; then s=restarted; fi',
+    ]
+
+
+def _status_only(name: str) -> str:
+    return f"s=$(docker inspect -f '{{{{.State.Status}}}}' {name} 2>/dev/null || echo absent)"
+
+
+def server_guard(cfg: StackConfig, server: str, launcher: str = containers.RAY) -> CommandSpec:
     """The model server's liveness, read back by refresh: `health=ok` while its container
     runs and generates a token (or while it is still loading: it has not yet logged that
     its API server started, and the readiness wait bounds that); `health=bad` when it
     stopped, or when it once served and no longer generates within ANSWER_TIMEOUT_S (a
     stuck engine: its /health may still say 200). A bad reading replaces the guard and,
-    through its generation label, the server container (named `server`)."""
+    through its generation label, the server container (named `server`).
+
+    Native launcher: the server is rank 0 of a group that cannot take a rank back, so a
+    rank 0 gone or started again is bad too (the whole group is then replaced)."""
     name = server
+    native = launcher == containers.NATIVE
     probe = shlex.quote(answers_check(cfg.ports.api, cfg.model.name_for_clients))
     read = "\n".join(
         [
-            f"s=$(docker inspect -f '{{{{.State.Status}}}}' {name} 2>/dev/null || echo absent)",
+            *(_container_state(name) if native else [_status_only(name)]),
             'case "$s" in',
-            # No container: the docker resource's own read reports it.
-            "  absent) echo health=ok;;",
+            # No container: with Ray the docker resource's own read reports it.
+            f"  absent) echo health={'bad' if native else 'ok'};;",
             "  running)",
             # It gave up starting (a crash loop): bad, whatever it served before.
             f"    if {containers.gave_up(name)}; then",
@@ -742,6 +770,24 @@ def server_guard(cfg: StackConfig, server: str) -> CommandSpec:
     )
     return CommandSpec(
         name="model-server-guard", node=cfg.head, create="echo health=ok",
+        read=read, state_key="health", timeout_s=60,
+    )  # fmt: skip
+
+
+def rank_guard(cfg: StackConfig, node: NodeConfig, rank: str) -> CommandSpec:
+    """A worker rank's liveness (native launcher), read back by refresh on its node:
+    `health=bad` when its container (named `rank`) is gone, stopped or started again since
+    it joined the group. A bad reading replaces this guard; its generation is a label of
+    rank 0, so the whole group is replaced (a hung rank shows as rank 0 no longer
+    answering: the server guard)."""
+    read = "\n".join(
+        [
+            *_container_state(rank),
+            'if [ "$s" = running ]; then echo health=ok; else echo health=bad; fi',
+        ]
+    )
+    return CommandSpec(
+        name=f"rank-guard-{node.name}", node=node.name, create="echo health=ok",
         read=read, state_key="health", timeout_s=60,
     )  # fmt: skip
 

@@ -110,6 +110,11 @@ GUARD_LABEL = f"{LABEL_PREFIX}.guard"
 # On a Ray worker: the head container it joined. A new head replaces the workers (their
 # raylets would otherwise wait on a GCS that is gone).
 HEAD_LABEL = f"{LABEL_PREFIX}.ray-head"
+# Native launcher. On a worker rank: the rank-0 container it joined (a new rank 0 replaces
+# every rank). On rank 0: the worker ranks' guard generations and specs (a rank lost, or a
+# rank's new spec, replaces the whole group: vLLM cannot take a rank back).
+RANK0_LABEL = f"{LABEL_PREFIX}.rank0"
+RANKS_LABEL = f"{LABEL_PREFIX}.ranks"
 
 
 def spec_digest(spec: ContainerSpec) -> str:
@@ -270,8 +275,38 @@ def ray_worker(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
     return _ray_container(cfg, stack, node, "ray-worker", f"ray-worker-{node.name}-container", join)
 
 
-def vllm_serve_args(cfg: StackConfig) -> list[str]:
-    """The `vllm serve` argv (without the secret API key: that is VLLM_API_KEY)."""
+RAY, NATIVE = "ray", "native"
+# Worker ranks of the native launcher: `vllm serve --headless` on each non-head node.
+RANK_ROLE = "vllm-rank"
+
+
+def ranks(cfg: StackConfig) -> list[NodeConfig]:
+    """The native launcher's node ranks: the head is rank 0 (it serves the API), the other
+    nodes follow in config order."""
+    return [cfg.head_node, *cfg.worker_nodes]
+
+
+def _launcher_args(cfg: StackConfig, launcher: str, node: NodeConfig) -> list[str]:
+    """How `vllm serve` spreads its ranks: over Ray, or vLLM's own multi-node launcher (a
+    rank per node, meeting at the head's cluster-link address and ports.master)."""
+    if launcher == RAY:
+        return ["--distributed-executor-backend=ray"]
+    rank = [n.name for n in ranks(cfg)].index(node.name)
+    return [
+        "--distributed-executor-backend=mp",
+        f"--nnodes={len(cfg.nodes)}",
+        f"--node-rank={rank}",
+        f"--master-addr={cfg.head_node.cluster_link.address}",
+        f"--master-port={cfg.ports.master}",
+        *(["--headless"] if rank else []),
+    ]
+
+
+def vllm_serve_args(
+    cfg: StackConfig, launcher: str = RAY, node: NodeConfig | None = None
+) -> list[str]:
+    """The `vllm serve` argv of `node`'s rank (default: the head's), without the secret API
+    key (that is VLLM_API_KEY)."""
     v = cfg.vllm
     m = cfg.model
     args = [
@@ -284,7 +319,7 @@ def vllm_serve_args(cfg: StackConfig) -> list[str]:
         f"--port={cfg.ports.api}",
         f"--tensor-parallel-size={cfg.parallelism.tensor}",
         f"--pipeline-parallel-size={cfg.parallelism.pipeline}",
-        "--distributed-executor-backend=ray",
+        *_launcher_args(cfg, launcher, node or cfg.head_node),
         f"--gpu-memory-utilization={v.gpu_memory_utilization}",
     ]
     if v.max_model_len is not None:
@@ -366,30 +401,37 @@ def _bounded_starts(port: int) -> list[str]:
     ]
 
 
-def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
-    """`vllm serve` TP x PP on the Ray backend, its own container on the head node.
+def model_server(cfg: StackConfig, stack: str, launcher: str = RAY) -> ContainerSpec:
+    """`vllm serve` TP x PP in its own container on the head node: the Ray driver (launcher
+    ray), or rank 0 of vLLM's own launcher, serving the API (native).
 
-    The entrypoint writes vLLM's non-carry-over list (so Ray workers keep their own
-    NCCL/GLOO/UCX values), bounds its starts per boot (_bounded_starts), then execs
+    With Ray, the entrypoint writes vLLM's non-carry-over list (so Ray workers keep their
+    own NCCL/GLOO/UCX values). It bounds its starts per boot (_bounded_starts), then execs
     `vllm serve`.
     """
     node = cfg.head_node
+    ray = launcher == RAY
     non_carry = json.dumps(list(NON_CARRY_OVER))
     script = "\n".join(
         [
-            (
-                f"mkdir -p {VLLM_CONFIG_ROOT} && printf '%s' {shlex.quote(non_carry)} "
-                f"> {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json"
+            *(
+                [
+                    (
+                        f"mkdir -p {VLLM_CONFIG_ROOT} && printf '%s' {shlex.quote(non_carry)} "
+                        f"> {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json"
+                    )
+                ]
+                if ray
+                else []
             ),
             *_bounded_starts(cfg.ports.api),
-            f"exec {shlex.join(vllm_serve_args(cfg))}",
+            f"exec {shlex.join(vllm_serve_args(cfg, launcher))}",
         ]
     )
     env = {
-        **_env(cfg, node),
+        **(_env(cfg, node) if ray else node_env(cfg, node)),
         **cfg.vllm.env,
-        "RAY_ADDRESS": gcs_address(cfg),
-        "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
+        **({"RAY_ADDRESS": gcs_address(cfg), "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT} if ray else {}),
         # vLLM's own engine start-up bound is the largest wait budget the config allows, so
         # it never gives up before our readiness wait; a fixed value, because the budget is
         # a property of the wait, and an env change would replace the running server.
@@ -408,8 +450,8 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
             env=env,
             secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
             labels=labels(stack, "model-server", node.name),
-            mounts=_mounts(cfg),
-            pid_mode="host",
+            mounts=_mounts(cfg) if ray else (Mount(cfg.model.hf_cache, HF_HOME),),
+            pid_mode="host" if ray else None,
             # Back after a reboot, like the Ray containers; crash loops are bounded by the
             # entrypoint (_bounded_starts), not by docker.
             restart="unless-stopped",
@@ -422,6 +464,25 @@ def model_server(cfg: StackConfig, stack: str) -> ContainerSpec:
                 start_period_s=ENGINE_READY_BOUND_S,
                 retries=3,
             ),
+            **_common(cfg, node),  # type: ignore[arg-type]
+        )
+    )
+
+
+def vllm_rank(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
+    """A worker rank of vLLM's own launcher: `vllm serve --headless` with this node's rank
+    and its OWN cluster-link environment (no Ray: nothing carries the head's values over).
+    It joins rank 0 at ports.master and retries until rank 0 listens; it serves no API."""
+    return _labelled(
+        ContainerSpec(
+            name=container_name(stack, "rank", node.name),
+            resource_name=f"rank-{node.name}-container",
+            node=node.name,
+            role=RANK_ROLE,
+            command=tuple(vllm_serve_args(cfg, NATIVE, node)),
+            env={**node_env(cfg, node), **cfg.vllm.env},
+            labels=labels(stack, RANK_ROLE, node.name),
+            mounts=(Mount(cfg.model.hf_cache, HF_HOME),),
             **_common(cfg, node),  # type: ignore[arg-type]
         )
     )

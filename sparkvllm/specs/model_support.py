@@ -70,6 +70,12 @@ def check_model_support(cfg: StackConfig, stdout: str) -> list[str]:
         return [f"image {ref} contains no vLLM package; fix: use a vLLM image"]
     version = report.get("vllm_version") or "unknown"
     problems = []
+    if cfg.parallelism.launcher == "ray" and not report.get("ray_version"):
+        problems.append(
+            f"parallelism.launcher is ray, but image {ref} (vLLM {version}) holds no Ray "
+            "(vLLM's stock images have none since 0.19); fix: set parallelism.launcher to "
+            "native (vLLM's own multi-node launcher) or auto, or use an image with Ray"
+        )
     archs = report.get("architectures") or []
     if not archs:
         problems.append(f"{model} config.json lists no architectures; fix: check the model")

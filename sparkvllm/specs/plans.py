@@ -83,6 +83,8 @@ class ImagePlan:
     relay: CommandSpec | None
     streams: Mapping[str, CommandSpec]  # worker -> the stream from the head
     versions: Mapping[str, CommandSpec]  # every node -> its versions probe
+    ray: CommandSpec  # the head's image's Ray: what `launcher: auto` decides on
+    decide_launcher: bool  # parallelism.launcher is auto
     # node -> versions probe stdout -> the versions all agree on; raises NodesDisagreeError.
     agreed_versions: Callable[[Mapping[str, str]], dict[str, str]]
 
@@ -121,9 +123,18 @@ class RayWorkerPlan(_ContainerPlan):
 
 
 @dataclass(frozen=True)
+class RankPlan(_ContainerPlan):
+    """A worker rank of vLLM's own launcher (native), with the guard a refresh reads."""
+
+    TYPE: ClassVar[str] = "sparkvllm:index:VllmRank"
+    guard: CommandSpec
+
+
+@dataclass(frozen=True)
 class ServerPlan(_ContainerPlan):
     TYPE: ClassVar[str] = "sparkvllm:index:ModelServer"
-    ray_ready: CommandSpec
+    launcher: str  # ray | native
+    ray_ready: CommandSpec | None  # launcher ray: Ray's membership, before the server
     guard: CommandSpec
     drop_caches: tuple[CommandSpec, ...]  # one per node, or none (drop_page_cache: false)
     ready: CommandSpec
@@ -189,6 +200,8 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
             n.name: commands.image_sync(cfg, n, host_keys.get(n.name)) for n in cfg.worker_nodes
         },
         versions={n.name: versions.image_versions(cfg, n) for n in cfg.nodes},
+        ray=versions.image_ray(cfg),
+        decide_launcher=cfg.parallelism.launcher == "auto",
         agreed_versions=partial(versions.agreed_versions, cfg),
     )
 
@@ -226,14 +239,43 @@ def ray_worker(cfg: StackConfig, stack: str, n: NodeConfig) -> RayWorkerPlan:
     )
 
 
-def model_server(cfg: StackConfig, stack: str) -> ServerPlan:
-    server = containers.model_server(cfg, stack)
+def launcher(cfg: StackConfig, image_ray: str | None = None) -> tuple[str, str]:
+    """(ray | native, why). `image_ray`: the Ray version the image holds on the head (""
+    for none; None: not read yet, which only a preview of a new stack or image sees: it
+    shows `native`, saying so). An explicit `ray` on an image without Ray is refused by the
+    image's checks."""
+    chosen = cfg.parallelism.launcher
+    if chosen != "auto":
+        return chosen, f"parallelism.launcher: {chosen}"
+    ref = cfg.image.ref
+    if image_ray is None:
+        return containers.NATIVE, (
+            f"parallelism.launcher: auto, and {ref} is not read on the head yet: this "
+            "preview shows native; `up` runs ray instead if the image holds Ray (set "
+            "parallelism.launcher to preview exactly)"
+        )
+    if image_ray:
+        return containers.RAY, f"parallelism.launcher: auto, and {ref} holds ray {image_ray}"
+    return containers.NATIVE, f"parallelism.launcher: auto, and {ref} holds no ray"
+
+
+def vllm_rank(cfg: StackConfig, stack: str, n: NodeConfig) -> RankPlan:
+    rank = containers.vllm_rank(cfg, stack, n)
+    return RankPlan(
+        name=f"rank-{n.name}", container=rank, guard=commands.rank_guard(cfg, n, rank.name)
+    )
+
+
+def model_server(cfg: StackConfig, stack: str, launcher: str = containers.RAY) -> ServerPlan:
+    server = containers.model_server(cfg, stack, launcher)
     host = cfg.endpoint_host or cfg.head_node.ssh.host
+    ray = launcher == containers.RAY
     return ServerPlan(
         name="model-server",
         container=server,
-        ray_ready=commands.ray_ready(cfg, containers.ray_head(cfg, stack).name),
-        guard=commands.server_guard(cfg, server.name),
+        launcher=launcher,
+        ray_ready=commands.ray_ready(cfg, containers.ray_head(cfg, stack).name) if ray else None,
+        guard=commands.server_guard(cfg, server.name, launcher),
         drop_caches=tuple(commands.drop_page_cache(n) for n in cfg.nodes)
         if cfg.drop_page_cache
         else (),

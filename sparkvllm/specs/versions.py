@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sparkvllm.config import NodeConfig, StackConfig
@@ -39,22 +40,41 @@ def image_versions(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     )
 
 
+def image_ray(cfg: StackConfig) -> CommandSpec:
+    """The Ray the image holds on the head (the versions probe's `ray`, "" for none): what
+    `parallelism.launcher: auto` decides on. A step read back by refresh (an image changed
+    under its tag re-decides) that carries the value in its ID (known in preview)."""
+    probe = image_versions(cfg, cfg.head_node)
+    return replace(
+        probe,
+        name=f"image-ray-{cfg.head}",
+        read=probe.create,
+        read_stdin=probe.stdin,
+        state_key="json:ray",
+    )
+
+
 def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict[str, str]:
     """The versions every node agrees on; NodesDisagreeError naming each node's otherwise,
-    or when the image lacks Ray or vLLM."""
+    or when the image lacks vLLM (or Ray, when parallelism.launcher is ray)."""
     reports = {n: last_json(out) for n, out in stdout_by_node.items()}
     problems = []
     for node, report in sorted(reports.items()):
         if not report:
             problems.append(f"{node}: the version probe printed nothing usable")
             continue
-        for package in ("ray", "vllm"):
+        needed = ("ray", "vllm") if cfg.parallelism.launcher == "ray" else ("vllm",)
+        for package in needed:
             if not report.get(package):
                 problems.append(f"{node}: image {cfg.image.ref} has no {package} installed")
     if problems:
-        raise NodesDisagreeError(
-            "image versions: " + "; ".join(problems) + "; fix: use an image with vLLM and Ray"
+        fix = (
+            "set parallelism.launcher to native (vLLM's own multi-node launcher) or auto, or "
+            "use an image with Ray (parallelism.launcher is ray)"
+            if any(p.endswith("no ray installed") for p in problems)
+            else "use an image with vLLM"
         )
+        raise NodesDisagreeError("image versions: " + "; ".join(problems) + f"; fix: {fix}")
     agreed: dict[str, str] = {}
     for key in MUST_MATCH:
         values = {n: str(r.get(key, "")) for n, r in reports.items()}

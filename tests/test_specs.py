@@ -742,8 +742,10 @@ def test_versions_agree(cfg: StackConfig) -> None:
             {"vllm": "0.16.0", "python": "3.11.9"},
             "python: spark-1=3.12.3, spark-2=3.11.9; vllm: spark-1=0.17.1, spark-2=0.16.0",
         ),
+        # Under launcher auto an image without Ray is fine, but not on one node only.
+        ({"ray": ""}, "versions differ across nodes: ray: spark-1=2.60.0, spark-2=none"),
         (
-            {"ray": ""},
+            {"ray": "", "launcher": "ray"},
             "image versions: spark-2: image hellohal2064/vllm-qwen3.5-gb10:latest has no ray",
         ),
     ],
@@ -753,6 +755,10 @@ def test_versions_that_differ_name_each_node(
 ) -> None:
     from sparkvllm.specs.versions import agreed_versions
 
+    spark2 = dict(spark2)
+    if launcher := spark2.pop("launcher", None):
+        cfg = cfg.model_copy(update={"parallelism": cfg.parallelism.model_copy(
+            update={"launcher": launcher})})  # fmt: skip
     out = {"spark-1": json.dumps(GOOD), "spark-2": json.dumps({**GOOD, **spark2})}
     with pytest.raises(NodesDisagreeError) as err:
         agreed_versions(cfg, out)

@@ -427,7 +427,7 @@ class ImageConfig(_Closed):
 
     ref: str = Field(
         description="Image reference, e.g. hellohal2064/vllm-qwen3.5-gb10:latest. It must "
-        "contain vLLM with the model's architecture and Ray."
+        "contain vLLM with the model's architecture (and Ray, for parallelism.launcher ray)."
     )
     source: Literal["pull", "tarball", "present"] = Field(
         "pull",

@@ -166,10 +166,11 @@ def _run(
     return result.stdout.removesuffix("\n")
 
 
-def step_id(props: dict[str, Any], expected: str, generation: str) -> str:
-    """`<step>-<generation>`; a step whose value the program decides on (`id_value`)
-    carries it too: `<step>=<value>-<generation>` (see NodeStep)."""
-    shown = f"={expected}" if props.get("id_value") else ""
+def step_id(props: dict[str, Any], stdout: str, generation: str) -> str:
+    """`<step>-<generation>`; a step whose printed value the program decides on carries it
+    too, `<step>=<value>-<generation>`, the value of its `id_value` key (see NodeStep)."""
+    key = props.get("id_value")
+    shown = f"={state_value(stdout, str(key))}" if key else ""
     return f"{props['step']}{shown}-{generation}"
 
 
@@ -188,7 +189,7 @@ class NodeStepProvider(ResourceProvider):
         expected = state_value(stdout, props["state_key"]) if props.get("state_key") else ""
         outs = {**props, "stdout": stdout, "expected": expected, "observed": expected,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
-        return CreateResult(step_id(props, expected, outs["generation"]), outs)
+        return CreateResult(step_id(props, stdout, outs["generation"]), outs)
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         if not props.get("read"):
@@ -233,7 +234,7 @@ class NodeStep(Resource):
         triggers: list[pulumi.Input[str]] | None = None,
         stdin_file: str | None = None,
         check: Callable[[str], object] | None = None,
-        id_value: bool = False,
+        id_value: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         if (spec.read is None) != (spec.state_key is None):
@@ -262,10 +263,10 @@ class NodeStep(Resource):
             props["read_identity_file"] = other.identity_file
         if spec.env:  # only where there is one: other steps' inputs stay as they were
             props["env"] = dict(spec.env)
-        if id_value:
-            if spec.state_key is None or "=" in spec.name:
-                raise ValueError(f"{spec.name}: id_value needs a state key (and no = in the name)")
-            props["id_value"] = True
+        if id_value is not None:
+            if "=" in spec.name:
+                raise ValueError(f"{spec.name}: a step carrying a value has no = in its name")
+            props["id_value"] = id_value
         if spec.stdin_secret == "hf_token":
             # Where the secret is, not the secret: the value never enters the state.
             props["stdin_file"] = stdin_file
@@ -276,7 +277,8 @@ class NodeStep(Resource):
         # update is unknown there (provider_plugin.go: the inputs stand in for the outputs,
         # and `generation` is not an input). A create or replace: unknown, as it must be.
         self.generation = self.id.apply(lambda id_: str(id_).rsplit("-", 1)[-1])
-        # With `id_value`, the value of `state_key` the step printed, from the ID
+        # With `id_value` (a key as `state_key` names one), that value of what the step
+        # printed, from the ID
         # (`<step>=<value>-<generation>`) for the same reason: known in the preview of an
         # update, where `expected` is not.
         self.id_value = self.id.apply(

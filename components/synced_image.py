@@ -22,6 +22,7 @@ import pulumi
 from components.adapters import gated, remote_command
 from components.gb10_node import GB10Node
 from components.node_step import NodeStep
+from sparkvllm.specs import versions
 from sparkvllm.specs.output import key_values, last_json, same_on_every_node
 from sparkvllm.specs.plans import ImagePlan
 
@@ -132,7 +133,7 @@ class SyncedImage(pulumi.ComponentResource):
                 plan.ray,
                 reach=head.reach,
                 triggers=[obtain.generation],
-                id_value=True,
+                id_value=versions.RAY_FIELD,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[obtain]),
             )
             self.head_ray = pulumi.Output.all(ray.id_value, probes[plan.head].stdout).apply(

@@ -21,7 +21,7 @@ from google.protobuf import json_format
 from pulumi.runtime.mocks import MockMonitor
 
 from components.cluster import SparkVllmCluster, SparkVllmClusterArgs
-from components.node_step import state_value, step_id
+from components.node_step import step_id
 from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
 from localengine.wire import plain as unwrap_secrets
@@ -284,9 +284,7 @@ class NodeAnswers(pulumi.runtime.Mocks):
         if args.typ == "pulumi-python:dynamic:Resource":
             # As NodeStepProvider.create names it.
             outputs["generation"] = hashlib.sha256(args.name.encode()).hexdigest()[:16]
-            key = args.inputs.get("state_key")
-            value = state_value(outputs["stdout"], str(key)) if key else ""
-            return step_id(args.inputs, value, outputs["generation"]), outputs
+            return step_id(args.inputs, outputs["stdout"], outputs["generation"]), outputs
         digest = hashlib.sha256(args.name.encode()).hexdigest()[:12]
         return f"{args.name}-{digest}", outputs
 

@@ -77,7 +77,7 @@ class AnswerStep(DynamicProvider):
         value = state_value(stdout, str(key)) if key else ""
         outs = {**inputs, "stdout": stdout, "expected": value, "observed": value,
                 "generation": uuid.uuid4().hex[:16]}  # fmt: skip
-        return step_id(inputs, value, outs["generation"]), outs
+        return step_id(inputs, stdout, outs["generation"]), outs
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         self.node.calls.append(f"undo {id_}")

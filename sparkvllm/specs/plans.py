@@ -133,7 +133,6 @@ class RankPlan(_ContainerPlan):
 @dataclass(frozen=True)
 class ServerPlan(_ContainerPlan):
     TYPE: ClassVar[str] = "sparkvllm:index:ModelServer"
-    launcher: str  # ray | native
     ray_ready: CommandSpec | None  # launcher ray: Ray's membership, before the server
     guard: CommandSpec
     drop_caches: tuple[CommandSpec, ...]  # one per node, or none (drop_page_cache: false)
@@ -273,7 +272,6 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = containers.RAY) -
     return ServerPlan(
         name="model-server",
         container=server,
-        launcher=launcher,
         ray_ready=commands.ray_ready(cfg, containers.ray_head(cfg, stack).name) if ray else None,
         guard=commands.server_guard(cfg, server.name, launcher),
         drop_caches=tuple(commands.drop_page_cache(n) for n in cfg.nodes)

@@ -40,18 +40,16 @@ def image_versions(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     )
 
 
+# The versions probe's field `launcher: auto` decides on (the step carries it in its ID).
+RAY_FIELD = "json:ray"
+
+
 def image_ray(cfg: StackConfig) -> CommandSpec:
     """The Ray the image holds on the head (the versions probe's `ray`, "" for none): what
-    `parallelism.launcher: auto` decides on. A step read back by refresh (an image changed
-    under its tag re-decides) that carries the value in its ID (known in preview)."""
-    probe = image_versions(cfg, cfg.head_node)
-    return replace(
-        probe,
-        name=f"image-ray-{cfg.head}",
-        read=probe.create,
-        read_stdin=probe.stdin,
-        state_key="json:ray",
-    )
+    `parallelism.launcher: auto` decides on. It is not read back itself: the head's obtain
+    step reads the image's fingerprint back, and an image changed under its tag re-runs
+    that step, whose new generation re-runs this one."""
+    return replace(image_versions(cfg, cfg.head_node), name=f"image-ray-{cfg.head}")
 
 
 def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict[str, str]:
@@ -59,6 +57,7 @@ def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict
     or when the image lacks vLLM (or Ray, when parallelism.launcher is ray)."""
     reports = {n: last_json(out) for n, out in stdout_by_node.items()}
     problems = []
+    no_ray = False
     for node, report in sorted(reports.items()):
         if not report:
             problems.append(f"{node}: the version probe printed nothing usable")
@@ -67,11 +66,12 @@ def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict
         for package in needed:
             if not report.get(package):
                 problems.append(f"{node}: image {cfg.image.ref} has no {package} installed")
+                no_ray = no_ray or package == "ray"
     if problems:
         fix = (
             "set parallelism.launcher to native (vLLM's own multi-node launcher) or auto, or "
             "use an image with Ray (parallelism.launcher is ray)"
-            if any(p.endswith("no ray installed") for p in problems)
+            if no_ray
             else "use an image with vLLM"
         )
         raise NodesDisagreeError("image versions: " + "; ".join(problems) + f"; fix: {fix}")

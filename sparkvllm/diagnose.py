@@ -60,7 +60,7 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
     """Bash (read-only) printing every section of a node's diagnostics, each after a line
     `=== name`; a missing tool or container prints what it could."""
     node = next(n for n in cfg.nodes if n.name == node_name)
-    ours = [s.name for s in drift_rules.expected_containers(cfg, stack)[node_name]]
+    ours = drift_rules.read_containers(cfg, stack)[node_name]
     sections = {
         "facts": facts_command(cfg, node),
         "containers": "docker ps -a --filter "

@@ -26,9 +26,9 @@ STACK = "spark"
 IMG = "sha256:" + "1" * 64
 
 
-def healthy(cfg: StackConfig) -> dict[str, NodeLive]:
+def healthy(cfg: StackConfig, launcher: str = containers.RAY) -> dict[str, NodeLive]:
     live = {}
-    for node, specs in expected_containers(cfg, STACK).items():
+    for node, specs in expected_containers(cfg, STACK, launcher).items():
         live[node] = NodeLive(
             containers={
                 s.name: ContainerLive("running", 0, s.labels[SPEC_LABEL], IMG) for s in specs
@@ -37,6 +37,12 @@ def healthy(cfg: StackConfig) -> dict[str, NodeLive]:
             fingerprint="f" * 64,
             weights_manifest="e" * 64,
         )
+    if launcher == containers.NATIVE:
+        live[cfg.head].server = {
+            "ready": True, "health_status": 200, "models": [cfg.model.name_for_clients],
+            "smoke": {"ok": True, "status": 200, "text": "ok"},
+        }  # fmt: skip
+        return live
     live[cfg.head].ray = {
         "missing": [],
         "unexpected": [],
@@ -321,3 +327,36 @@ def test_the_telling_log_line(logs: str, told: str) -> None:
     )
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
     assert out.stdout.rstrip("\n") == told
+
+
+RANK = "sparkvllm-spark-rank-spark-2"
+
+
+def test_the_native_launcher_is_checked_by_its_own_containers(spark_raw: dict[str, Any]) -> None:
+    """Which launcher runs: the config's, else (auto) the last up's `launcher` output, else
+    a Ray head on the head node; each is checked against its own containers."""
+    cfg = load_stack_config(spark_raw)  # launcher: auto
+    native = healthy(cfg, containers.NATIVE)
+    assert find_drift(cfg, STACK, native) == []  # no Ray head: native
+    assert find_drift(cfg, STACK, native, {"launcher": {"name": "native"}}) == []
+    del native["spark-2"].containers[RANK]
+    found = find_drift(cfg, STACK, native, {"launcher": {"name": "native"}})
+    assert [(d.node, d.what) for d in found] == [("spark-2", "container missing")]
+    assert RANK in found[0].detail
+    # The last up ran Ray, and a native group runs now: Ray's containers are missing.
+    found = find_drift(cfg, STACK, healthy(cfg, containers.NATIVE), {"launcher": {"name": "ray"}})
+    assert ("spark-2", "container missing") in [(d.node, d.what) for d in found]
+    # An explicit native on a Ray deployment: the config is not applied yet.
+    raw = copy.deepcopy(spark_raw)
+    raw["parallelism"]["launcher"] = "native"
+    found = find_drift(load_stack_config(raw), STACK, healthy(cfg))
+    assert ("spark-2", "container missing") in [(d.node, d.what) for d in found]
+    assert ("spark-1", "config not applied") in [(d.node, d.what) for d in found]
+
+
+def test_the_state_command_reads_both_launchers_containers(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    worker = state_command(cfg, STACK, cfg.nodes[1])
+    head = state_command(cfg, STACK, cfg.nodes[0])
+    assert f"container.{W}=" in worker and f"container.{RANK}=" in worker
+    assert head.count(f"container.{S}=") == 1

@@ -17,7 +17,7 @@ from sparkvllm.config import PROJECT, NodeConfig, StackConfig
 from sparkvllm.probes import script
 from sparkvllm.specs import containers, plans, weights
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, ray_ready
-from sparkvllm.specs.containers import SPEC_LABEL, ContainerSpec
+from sparkvllm.specs.containers import NATIVE, RAY, SPEC_LABEL, ContainerSpec
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S
 from sparkvllm.specs.output import key_values, last_json
 
@@ -87,13 +87,45 @@ class NodeLive:
     server: dict[str, Any] | None = None
 
 
-def expected_containers(cfg: StackConfig, stack: str) -> dict[str, list[ContainerSpec]]:
-    """node -> the container specs the config puts there (the components' own specs)."""
+def expected_containers(
+    cfg: StackConfig, stack: str, launcher: str = containers.RAY
+) -> dict[str, list[ContainerSpec]]:
+    """node -> the container specs the config puts there under `launcher` (the
+    components' own specs)."""
     out: dict[str, list[ContainerSpec]] = {n.name: [] for n in cfg.nodes}
-    out[cfg.head] += [containers.ray_head(cfg, stack), containers.model_server(cfg, stack)]
+    server = containers.model_server(cfg, stack, launcher)
+    if launcher == containers.NATIVE:
+        out[cfg.head].append(server)
+        for n in cfg.worker_nodes:
+            out[n.name].append(containers.vllm_rank(cfg, stack, n))
+        return out
+    out[cfg.head] += [containers.ray_head(cfg, stack), server]
     for n in cfg.worker_nodes:
         out[n.name].append(containers.ray_worker(cfg, stack, n))
     return out
+
+
+def read_containers(cfg: StackConfig, stack: str) -> dict[str, list[str]]:
+    """node -> the names of the containers either launcher puts there: what is read, before
+    it is known which launcher the stack runs (deployed_launcher)."""
+    both = [expected_containers(cfg, stack, launcher) for launcher in (RAY, NATIVE)]
+    return {
+        n.name: list(dict.fromkeys(s.name for specs in both for s in specs[n.name]))
+        for n in cfg.nodes
+    }
+
+
+def deployed_launcher(cfg: StackConfig, stack: str, last: dict[str, Any], head: NodeLive) -> str:
+    """The launcher the stack runs: the config's when it names one; for `auto`, the one the
+    last `up` recorded (its `launcher` output), else what runs on the head (a Ray head
+    container: ray; none: native). A stack from before launchers existed ran Ray, and its
+    Ray head is found."""
+    if cfg.parallelism.launcher != "auto":
+        return cfg.parallelism.launcher
+    recorded = (last.get("launcher") or {}).get("name")
+    if recorded in (RAY, NATIVE):
+        return str(recorded)
+    return RAY if containers.ray_head(cfg, stack).name in head.containers else NATIVE
 
 
 def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
@@ -105,14 +137,14 @@ def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
     )
     ref = shlex.quote(cfg.image.local_ref)
     lines = []
-    for s in expected_containers(cfg, stack)[node.name]:
+    for name in read_containers(cfg, stack)[node.name]:
         lines += [
-            f"c=$(docker inspect -f {fmt} {s.name} 2>/dev/null || echo absent)",
-            f'echo container.{s.name}="$c"',
+            f"c=$(docker inspect -f {fmt} {name} 2>/dev/null || echo absent)",
+            f'echo container.{name}="$c"',
             # Why a container stopped: its last log line.
             (
-                f'case "$c" in running*|absent) ;; *) echo container_log.{s.name}='
-                f'"$({telling_log_line(s.name)})";; esac'
+                f'case "$c" in running*|absent) ;; *) echo container_log.{name}='
+                f'"$({telling_log_line(name)})";; esac'
             ),
         ]
     lines += [
@@ -206,6 +238,8 @@ def find_drift(
     head = live.get(cfg.head, NodeLive(error="not read"))
     ref = cfg.image.ref
     drifts += _image_identity_drift(cfg, stack, head, last_outputs or {})
+    launcher = deployed_launcher(cfg, stack, last_outputs or {}, head)
+    expected = expected_containers(cfg, stack, launcher)
     for node in cfg.nodes:
         got = live.get(node.name, NodeLive(error="not read"))
         if got.error:
@@ -229,7 +263,7 @@ def find_drift(
                 )
             )
         drifts += _weights_drift(cfg, stack, node.name, got, head)
-        for spec in expected_containers(cfg, stack)[node.name]:
+        for spec in expected[node.name]:
             c = got.containers.get(spec.name)
             want = spec.labels[SPEC_LABEL]
             if c is None:

@@ -155,3 +155,32 @@ def test_the_master_port_must_differ_from_the_others(base: dict[str, Any]) -> No
     raw["ports"] = {"master": 8000}
     with pytest.raises(Exception, match=r"ports must differ.*master=8000.*api=8000"):
         load_stack_config(raw)
+
+
+@pytest.mark.parametrize(
+    ("inspect", "health"),
+    [
+        ("running 2026-12-05T01:00:00.123456789Z 2026-12-05T01:00:01.5Z", "ok"),
+        # Started again 10 minutes after it was created: its node restarted, or it crashed.
+        ("running 2026-12-05T01:00:00.123456789Z 2026-12-05T01:10:00.5Z", "bad"),
+        ("exited 2026-12-05T01:00:00Z 2026-12-05T01:00:01Z", "bad"),
+        ("", "bad"),  # no such container
+    ],
+)  # fmt: skip
+def test_a_rank_guard_reads_gone_stopped_and_restarted_as_bad(
+    base: dict[str, Any], inspect: str, health: str
+) -> None:
+    """The guard's read under bash with the real `date`, docker answering `inspect`."""
+    import subprocess
+
+    from sparkvllm.specs import commands
+
+    cfg = load_stack_config(base)
+    guard = commands.rank_guard(cfg, cfg.nodes[1], "sparkvllm-spark-rank-spark-2")
+    assert guard.read is not None
+    docker = 'docker() { [ -n "$INSPECT" ] && echo "$INSPECT"; }\n'
+    out = subprocess.run(
+        ["bash", "-c", docker + guard.read], env={"INSPECT": inspect, "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.strip() == f"health={health}"

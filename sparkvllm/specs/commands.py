@@ -711,8 +711,10 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
 
 # A rank of the native launcher started again after it was created (its node restarted, or
 # it crashed and docker restarted it): the group it formed is gone, and vLLM cannot take a
-# rank back into a running group. Docker creates and starts a container in one call.
-RESTART_MARGIN_S = 120
+# rank back into a running group. The docker provider creates and starts a container in
+# one call (seconds apart); 120 s missed a node restarted 90 s after its rank was created
+# (seen on the sim: only rank 0's guard, no longer answering, caught it).
+RESTART_MARGIN_S = 30
 
 
 def _container_state(name: str) -> list[str]:

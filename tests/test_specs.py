@@ -1051,3 +1051,45 @@ def test_image_sync_checks_the_targets_disk_before_it_streams(
                              "data-root to a bigger disk)")  # fmt: skip
     else:
         assert "not enough disk" not in out.stderr and "streaming" in out.stderr
+
+
+def test_a_readiness_try_that_hangs_in_docker_exec_is_cut_off(
+    tmp_path: Path, spark_raw: dict[str, Any]
+) -> None:
+    """A `docker exec` into a container restarted under it can hang for good (seen on the
+    sim, in a crash loop): one try is bounded, the loop reads the container again, and it
+    ends saying the container is not running (here docker is a stub: the first exec never
+    returns, and the container has stopped by the second look)."""
+    fake = tmp_path / "docker"
+    fake.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                f"seen={tmp_path}/seen",
+                'case "$1" in',
+                '  inspect) [ -e "$seen" ] && echo exited && exit',
+                '    touch "$seen"; echo running;;',
+                "  exec) cat >/dev/null; exec sleep 600;;",
+                "  logs) echo 'last line of the server';;",
+                "esac",
+            ]
+        )
+        + "\n"
+    )
+    fake.chmod(0o755)
+    loop = commands._probe_loop(
+        container="srv", args=[], timeout_s=900, what="model server", try_s=2
+    )
+    out = subprocess.run(
+        ["bash", "-c", loop],
+        input="print('probe')\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+    assert out.returncode == 1, out
+    assert "srv is not running (exited)" in out.stderr and "last line" in out.stderr
+    # The model server's wait is bounded per try, above the probe's own bounds.
+    create = commands.server_ready(load_stack_config(spark_raw), "srv").create
+    assert f"timeout -k 10 {commands.PROBE_TRY_S} docker exec -i srv python3 -" in create

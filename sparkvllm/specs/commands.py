@@ -587,12 +587,15 @@ def _probe_loop(
     settle_s: int = 0,
     budget_from_env: bool = False,
     gave_up: str | None = None,
+    try_s: int | None = None,
 ) -> str:
     """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
 
     Progress every 30 s on stderr; on timeout, the probe's last answer and the last log
     lines; bounded by `timeout_s`. The probe's last JSON line is the command's stdout.
     With `settle_s`, the probe must give the same passing answer for that long first.
+    With `try_s`, one try is bounded too: a `docker exec` into a container that dies and
+    is restarted under it can hang for good (seen on the sim, in a crash loop).
     """
     argv = " ".join(shlex.quote(a) for a in args)
     logs = on_fail_logs_of or container
@@ -616,7 +619,10 @@ def _probe_loop(
             f"    docker logs --tail 40 {container} >&2 2>&1 || true",
             "    exit 1",
             "  fi",
-            f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
+            (
+                f"  out=$({f'timeout -k 10 {try_s} ' if try_s else ''}docker exec -i {container}"
+                f' python3 - {argv} < "$probe" 2>/dev/null)'
+            ),
             "  rc=$?",
             "  if [ $rc -eq 0 ]; then",
             '    if [ "$out" != "${settled:-}" ]; then settled=$out; since=$SECONDS; fi',
@@ -794,6 +800,9 @@ def rank_guard(cfg: StackConfig, node: NodeConfig, rank: str) -> CommandSpec:
     )  # fmt: skip
 
 
+PROBE_TRY_S = 360
+
+
 def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
     """Wait for the model server (the container named `server`) to load and answer; then
     print its health JSON.
@@ -813,6 +822,8 @@ def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
             what="model server",
             on_success=nccl_transport_script(name),
             gave_up=containers.gave_up(name),
+            # The probe's own bounds: four 10 s reads and a 300 s first token.
+            try_s=PROBE_TRY_S,
         ),
         stdin=script("server_health"),
         timeout_s=cfg.timeouts.server_ready_s + 300,

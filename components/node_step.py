@@ -13,6 +13,10 @@ NodeStep, whose lifecycle is:
   `expected`); a new SSH key changes nothing (the key is read from the workstation's
   identity file at call time); a new user, host key, key file or jump host is recorded by
   an update that runs nothing (a refresh reads the step back with what the state holds);
+- a step given `keep_if` (a line it may have printed) is kept when only its command
+  changed and the line is among what it printed: the new command would find what the
+  old one left (the image it named carries the digest now pinned). An update records the
+  new definition and keeps the result, the read and the ID (so what the ID carries);
 - delete runs the step's undo, if it has one;
 - a check step (a preflight: no `read`) is judged by the provider's `judge` on what it
   printed; a failing one raises in create, so nothing is recorded and the next `up` runs
@@ -166,6 +170,23 @@ def _run(
     return result.stdout.removesuffix("\n")
 
 
+# What a kept step keeps of its last run: its result, and the read that checks it.
+_KEPT = ("stdout", "expected", "observed", "generation", "read", "read_stdin")
+
+
+def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """Only the command changed, the node still shows what the step left, and the step
+    printed the line the new definition keeps it for (`keep_if`)."""
+    line = news.get("keep_if")
+    changed = {k for k in _DEFINING if olds.get(k) != news.get(k)}
+    return (
+        bool(line)
+        and changed == {"create"}
+        and olds.get("observed") == olds.get("expected")
+        and line in str(olds.get("stdout") or "").splitlines()
+    )
+
+
 def step_id(props: dict[str, Any], stdout: str, generation: str) -> str:
     """`<step>-<generation>`; a step whose printed value the program decides on carries it
     too, `<step>=<value>-<generation>`, the value of its `id_value` key (see NodeStep)."""
@@ -199,14 +220,18 @@ class NodeStepProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in _DEFINING if olds.get(k) != news.get(k)]
+        if _kept(olds, news):
+            return DiffResult(changes=True, replaces=[])
         if olds.get("observed") != olds.get("expected"):
             replaces.append("observed")
         access = [k for k in _ACCESS if olds.get(k) != news.get(k)]
         return DiffResult(changes=bool(replaces or access), replaces=replaces)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        """Only the access changed (diff replaces for anything else): record it; no
-        command runs on the node."""
+        """Only the access changed (diff replaces for anything else), or the step is kept
+        (`keep_if`): record it; no command runs on the node."""
+        if _kept(olds, news):
+            return UpdateResult({**news, **{k: olds.get(k) for k in _KEPT}})
         return UpdateResult({**olds, **{k: news.get(k) for k in _ACCESS}})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
@@ -235,6 +260,7 @@ class NodeStep(Resource):
         stdin_file: str | None = None,
         check: Callable[[str], object] | None = None,
         id_value: str | None = None,
+        keep_if: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         if (spec.read is None) != (spec.state_key is None):
@@ -267,6 +293,8 @@ class NodeStep(Resource):
             if "=" in spec.name:
                 raise ValueError(f"{spec.name}: a step carrying a value has no = in its name")
             props["id_value"] = id_value
+        if keep_if is not None:
+            props["keep_if"] = keep_if
         if spec.stdin_secret == "hf_token":
             # Where the secret is, not the secret: the value never enters the state.
             props["stdin_file"] = stdin_file

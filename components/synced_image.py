@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import pulumi
 
@@ -48,7 +49,6 @@ class SyncedImage(pulumi.ComponentResource):
     ):
         super().__init__(ImagePlan.TYPE, name, None, opts)
         plan = args.plan
-        self.ref = plan.ref
         head = args.nodes[plan.head]
         obtain = NodeStep(
             plan.obtain,
@@ -57,6 +57,19 @@ class SyncedImage(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[head.checked]),
         )
         self.steps: dict[str, NodeStep] = {plan.head: obtain}
+        # The name the containers run the image by (from its step's ID: known in every
+        # preview but one that creates or replaces the step, where it is the config's
+        # name, which that step then records).
+        named = NodeStep(
+            plan.run_name,
+            reach=head.reach,
+            id_value="name",
+            keep_if=plan.run_name_kept_for,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[obtain]),
+        )
+        self.ref: pulumi.Output[str] = named.id.apply(
+            partial(_run_name, plan.ref), run_with_unknowns=True
+        )
 
         check = remote_command(
             plan.support,
@@ -177,6 +190,15 @@ def _moved_to(
     return pulumi.Output.all(printed, relayed).apply(
         lambda a: a[0].get("transferred") == "1" or node in a[1]
     )
+
+
+def _run_name(config_name: str, step_id: object) -> str:
+    """The name an image-name step's ID carries (`<step>=<name>-<generation>`); the
+    config's while the step is being created or replaced (its ID unknown), which is the
+    name it will record."""
+    if isinstance(step_id, str) and "=" in step_id:
+        return step_id.rsplit("-", 1)[0].partition("=")[2]
+    return config_name
 
 
 def _head_ray(values: object) -> str | None:

@@ -210,6 +210,8 @@ class NodeAnswers(pulumi.runtime.Mocks):
     fingerprint: Callable[[str], str] = lambda node: "f" * 64
     manifest: Callable[[list[str]], str] = lambda node: "e" * 64
     versions: Callable[[str], dict[str, str]] = lambda node: dict(IMAGE_VERSIONS)
+    # The registry digest the head's image carries (it was pulled from a registry).
+    repo_digest: str = "sha256:" + "d" * 64
 
     def stdout_for(self, name: str) -> str:
         if name in self.overrides:
@@ -223,6 +225,12 @@ class NodeAnswers(pulumi.runtime.Mocks):
             if name in (f"image-obtain-{n.name}", f"image-sync-{n.name}"):
                 fp = self.fingerprint(n.name)
                 return f"transferred=1\nid=sha256:{fp}\nfingerprint={fp}\n"
+            if name == f"image-name-{n.name}":
+                img = cfg.image
+                return (
+                    f"name={img.local_ref}\nid=sha256:{self.fingerprint(n.name)}\n"
+                    f"digest={img.repository}@{self.repo_digest}\n"
+                )
             if name in (f"image-versions-{n.name}", f"image-ray-{n.name}"):
                 return json.dumps(self.versions(n.name))
         if name == f"{cfg.head}-hub-access":

@@ -75,6 +75,47 @@ def test_diff(olds: dict[str, Any], news: dict[str, Any], replaces: list[str]) -
         assert (diff.changes, sorted(diff.replaces or [])) == (bool(replaces), replaces)
 
 
+NAME: dict[str, Any] = {
+    **BASE, "step": "image-name-spark-1", "create": "name repo:latest", "read": "id of repo:latest",
+    "state_key": "id", "triggers": [], "read_host": "10.0.0.1",
+}  # fmt: skip
+PINNED = "digest=repo@sha256:d1"
+NAMED = {**NAME, "stdout": f"name=repo:latest\nid=sha256:i1\n{PINNED}", "expected": "sha256:i1",
+         "observed": "sha256:i1", "generation": "g1"}  # fmt: skip
+PIN = {**NAME, "create": "name repo:sha256-d1", "read": "id of repo:sha256-d1", "keep_if": PINNED}
+
+
+@pytest.mark.parametrize(
+    ("olds", "news", "kept"),
+    [
+        (NAMED, PIN, True),  # the image carries the pinned digest
+        (NAMED, {**PIN, "keep_if": "digest=repo@sha256:d2"}, False),  # another image
+        (NAMED, {**PIN, "keep_if": None}, False),  # a new tag: no line keeps it
+        ({**NAMED, "observed": "sha256:i2"}, PIN, False),  # the name means another image now
+        (NAMED, {**PIN, "host": "10.0.0.9"}, False),  # another node
+        (NAMED, {**PIN, "triggers": ["x"]}, False),  # more than the command changed
+    ],
+    ids=["same image", "other digest", "tag", "moved name", "other node", "triggers"],
+)
+def test_a_step_is_kept_only_for_the_line_it_printed(
+    olds: dict[str, Any], news: dict[str, Any], kept: bool
+) -> None:
+    """A step with `keep_if` (the image-name step, for a digest pin) is kept by an update
+    when only its command changed and it printed that line; else replaced as any step."""
+    diff = NodeStepProvider().diff("id", olds, news)
+    assert diff.changes is True and (not diff.replaces) == kept, diff.replaces
+    if kept:
+        outs = NodeStepProvider().update("id", olds, news).outs
+        assert outs is not None
+        # The new definition is recorded (the next diff finds nothing), the result and
+        # the read of the name it carries are kept.
+        assert outs["create"] == PIN["create"] and outs["keep_if"] == PINNED
+        assert {k: outs[k] for k in ("stdout", "expected", "generation", "read")} == {
+            k: NAMED[k] for k in ("stdout", "expected", "generation", "read")
+        }
+        assert not NodeStepProvider().diff("id", outs, news).changes
+
+
 @pytest.mark.parametrize(
     ("stdout", "key", "value"),
     [

@@ -184,6 +184,11 @@ DROPS = {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"}
 WEIGHTS = {"model-download-spark-1", "model-sync-spark-2"}
 IMAGE = {"image-obtain-spark-1", "image-sync-spark-2", "image-support-spark-1",
          "image-versions-spark-1", "image-versions-spark-2"}  # fmt: skip
+# What a new image replaces: the Ray containers, the server and their steps.
+CONTAINERS = {"ray-head-container", "ray-worker-spark-2-container", "model-server-ray-ready",
+              "model-server-guard"}  # fmt: skip
+REPO = "hellohal2064/vllm-qwen3.5-gb10"
+NEW_IMAGE = IMAGE | WEIGHTS | SERVER | DROPS | CONTAINERS | {"image-name-spark-1"}
 # The pulumi-command steps (their connection holds the key); the preflight steps are
 # NodeSteps, which read the key from the identity file at call time.
 COMMANDS_OF_KEY = {
@@ -217,20 +222,16 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
         WEIGHTS | SERVER | {"image-support-spark-1", "spark-1-hub-access"},
     ),
     # The image steps and their checks, then every container, in order.
+    ("image tag", _set("image.ref", f"{REPO}:v2"), NEW_IMAGE),
+    # The digest the running image carries: its steps run again (the local name changes)
+    # and the containers keep running it under the name they have: nothing is replaced.
     (
-        "image tag",
-        _set("image.ref", "hellohal2064/vllm-qwen3.5-gb10:v2"),
-        IMAGE
-        | WEIGHTS
-        | SERVER
-        | DROPS
-        | {
-            "ray-head-container",
-            "ray-worker-spark-2-container",
-            "model-server-ray-ready",
-            "model-server-guard",
-        },
+        "image pinned to its digest",
+        _set("image.ref", f"{REPO}@sha256:{'d' * 64}"),
+        IMAGE | WEIGHTS | {"image-name-spark-1"},
     ),
+    # Another digest: another image, so everything built on it.
+    ("image pinned to another digest", _set("image.ref", f"{REPO}@sha256:{'b' * 64}"), NEW_IMAGE),
     ("speculative_config order", _reorder_speculative, set()),
     ("roce_hcas order", _reverse("roce_hcas"), set()),
 ]

@@ -1093,3 +1093,40 @@ def test_a_readiness_try_that_hangs_in_docker_exec_is_cut_off(
     # The model server's wait is bounded per try, above the probe's own bounds.
     create = commands.server_ready(load_stack_config(spark_raw), "srv").create
     assert f"timeout -k 10 {commands.PROBE_TRY_S} docker exec -i srv python3 -" in create
+
+
+def test_the_image_name_step_prints_the_name_the_id_and_each_registry_digest(
+    tmp_path: Path, spark_raw: dict[str, Any]
+) -> None:
+    """Run under bash with a docker stub: one `digest=` line a registry digest (none for
+    an image built or loaded here), and the line a pin of one of them keeps it for."""
+    raw = copy.deepcopy(spark_raw)
+    cfg = load_stack_config(raw)
+    repo = cfg.image.repository
+    fake = tmp_path / "docker"
+    fake.write_text(
+        "#!/bin/bash\n"
+        'case "$*" in\n'
+        "  *RepoDigests*) printf '%s\\n' "
+        f"{repo}@sha256:{'d' * 64} other/mirror@sha256:{'e' * 64} ''; echo;;\n"
+        "  *) echo sha256:i1;;\n"
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    spec = commands.image_name(cfg)
+    out = subprocess.run(
+        ["bash", "-c", spec.create],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    ).stdout.splitlines()
+    assert out == [
+        f"name={cfg.image.local_ref}",
+        "id=sha256:i1",
+        f"digest={repo}@sha256:{'d' * 64}",
+        f"digest=other/mirror@sha256:{'e' * 64}",
+    ]
+    assert commands.name_kept_for(cfg) is None  # a tag keeps nothing
+    raw["image"]["ref"] = f"{repo}@sha256:{'d' * 64}"
+    assert commands.name_kept_for(load_stack_config(raw)) in out

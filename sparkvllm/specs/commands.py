@@ -201,6 +201,42 @@ def image_obtain(cfg: StackConfig) -> CommandSpec:
     )  # fmt: skip
 
 
+def image_name(cfg: StackConfig) -> CommandSpec:
+    """The name the containers run the image by, on the head: the config's local name
+    when this step runs, printed as `name=`, with the image's ID and each registry digest
+    it carries (`digest=repo@sha256:...`). Run after the obtain step; read back by its ID,
+    so a name that came to mean another image re-runs it (and the containers follow).
+
+    A later pin of the digest this image carries keeps the step (NodeStep `keep_if`,
+    `name_kept_for`): the containers keep their name, which still means the pinned image,
+    and nothing is replaced."""
+    ref = cfg.image.local_ref
+    head = cfg.head_node.name
+    digests = "{{range .RepoDigests}}{{println .}}{{end}}"
+    create = "\n".join(
+        [
+            "set -euo pipefail",
+            f"echo name={shlex.quote(ref)}",
+            f"echo id=$({_id_script(ref)})",
+            (
+                f"docker image inspect --format '{digests}' {shlex.quote(ref)}"
+                " | sed -n 's/^./digest=&/p'"
+            ),
+        ]
+    )
+    return CommandSpec(
+        name=f"image-name-{head}", node=head, create=create, timeout_s=120,
+        read=f"echo id=$({_id_script(ref)} 2>/dev/null || true)", state_key="id",
+    )  # fmt: skip
+
+
+def name_kept_for(cfg: StackConfig) -> str | None:
+    """The line (as image_name prints it) that keeps the containers' name when the
+    config pins a digest: the image they run carries that digest."""
+    img = cfg.image
+    return f"digest={img.repository}@{img.digest}" if img.digest else None
+
+
 def fingerprint_read(ref: str) -> str:
     """Prints `fingerprint=` of the image on the node it runs on (empty if absent)."""
     return f"echo fingerprint=$({fingerprint_script(ref)} || true)"

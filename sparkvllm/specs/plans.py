@@ -70,10 +70,14 @@ class NodePlan:
 class ImagePlan:
     TYPE: ClassVar[str] = "sparkvllm:index:SyncedImage"
     name: str
-    ref: str  # what containers run: a reference, known in every preview
+    ref: str  # the config's local name of the image (ImageConfig.local_ref)
     head: str
     obtain: CommandSpec
     obtain_triggers: tuple[str, ...]
+    # The name the containers run the image by, and the line that keeps it when the
+    # config pins the digest that image carries (commands.image_name).
+    run_name: CommandSpec
+    run_name_kept_for: str | None
     support: CommandSpec
     support_triggers: tuple[str, ...]
     # stdout of the support probe -> its summary; raises ModelSupportError.
@@ -187,6 +191,8 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
         head=cfg.head,
         obtain=commands.image_obtain(cfg),
         obtain_triggers=(img.ref, img.source, img.tarball or ""),
+        run_name=commands.image_name(cfg),
+        run_name_kept_for=commands.name_kept_for(cfg),
         support=model_support.model_support(cfg),
         support_triggers=(cfg.model.id, cfg.model.revision),
         support_verdict=partial(model_support.support_verdict, cfg),

@@ -6,7 +6,8 @@ Brings the simulation up and the `sim` stack to converged if needed, measures, p
 table and writes bench/results.json (figure -> value, unit, how, goal). --quick measures
 the no-op and drift figures and the served model only (a few minutes on a converged sim;
 to bench/results-quick.json);
---cold also destroys the stack and times a deploy from nothing; --nodes 3 (or more) brings
+--cold also destroys the stack and times a deploy from nothing, and each launcher (Ray,
+native) from nothing with its idle CPU per node (--launchers: only that); --nodes 3 (or more) brings
 up that many simulated nodes and also measures the image to one worker vs to two over
 shaped links, and grows the `sim` stack to 3 nodes (TP=3) for its drift check there, then
 back to its two nodes. Read bench/README.md.
@@ -33,11 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true", help="also time a deploy from nothing")
     p.add_argument("--nodes", type=int, default=2, help="simulated nodes (3: one vs two workers)")
     p.add_argument(
+        "--launchers",
+        action="store_true",
+        help="only Ray vs native: each from nothing to healthy, and its idle CPU per node",
+    )
+    p.add_argument(
         "--out", type=Path, help="default bench/results.json (--quick: results-quick.json)"
     )
     args = p.parse_args(argv)
     # A quick run measures a few figures: it never replaces the full run's file.
-    out: Path = args.out or HERE / ("results-quick.json" if args.quick else "results.json")
+    name = "results-launchers.json" if args.launchers else "results.json"
+    out: Path = args.out or HERE / ("results-quick.json" if args.quick else name)
     stack.ensure_up(nodes=args.nodes, quiet=True)
     cfg, access = stack.load()
     sim = measure.Sim(cfg, access, say=lambda m: print(f"  {m}", flush=True))
@@ -52,6 +59,14 @@ def main(argv: list[str] | None = None) -> int:
             "where": "the simulated cluster on this machine (CPU; Docker-in-Docker nodes)",
         }
     )
+    if args.launchers:
+        print("bench: Ray vs native, cold and idle", flush=True)
+        measure.launchers(sim, figures)
+        stack.engine("up", log=lambda _m: None)  # converged again
+        print(figures.table())
+        figures.write(out)
+        print(f"bench: wrote {out}")
+        return 0
     print("bench: no-op up and drift check", flush=True)
     measure.noop(sim, figures)
     if not args.quick:
@@ -69,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cold:
         print("bench: cold deploy", flush=True)
         measure.cold(sim, figures)
+        print("bench: Ray vs native, cold and idle", flush=True)
+        measure.launchers(sim, figures)
     outputs = stack.engine("up", log=lambda _m: None).outputs  # converged again
     print("bench: the served model", flush=True)
     measure.served_model(outputs["endpoint"], str(outputs["served_model"]), figures)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.figures import Figures, stopwatch
 from sparkvllm.config import StackConfig
@@ -452,3 +455,77 @@ def scale(sim: Sim, figures: Figures, nodes: int) -> None:
     figures.add("scale_in_s", back[0], "s",
                 f"one `up` with the stack's own config after: back to {len(sim.cfg.nodes)} "
                 "nodes (the extra nodes' containers removed, the server replaced)")  # fmt: skip
+
+
+def _cpu_ns(container_id: str) -> int:
+    """CPU time a sim node's container used so far (every process in it: sshd, its own
+    dockerd, and our containers, nested in its cgroup), from the host's cgroup files:
+    v1 (cgroupfs) cpuacct.usage, else v2 cpu.stat usage_usec."""
+    v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage")
+    if v1.exists():
+        return int(v1.read_text())
+    for v2 in (
+        Path(f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cpu.stat"),
+        Path(f"/sys/fs/cgroup/docker/{container_id}/cpu.stat"),
+    ):
+        if v2.exists():
+            stat = dict(line.split() for line in v2.read_text().splitlines())
+            return int(stat["usage_usec"]) * 1000
+    raise RuntimeError(f"no cgroup CPU counter for container {container_id} on this host")
+
+
+def node_cpu(sim: Sim, seconds: float) -> dict[str, float]:
+    """Cores each sim node used on average over `seconds` (its whole container)."""
+    ids = {
+        n.name: subprocess.run(
+            ["docker", "inspect", "-f", "{{.Id}}", f"sparkvllm-sim-{n.name}"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        for n in sim.cfg.nodes
+    }  # fmt: skip
+    before = {n: _cpu_ns(i) for n, i in ids.items()}
+    start = time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - start
+    return {n: (_cpu_ns(i) - before[n]) / 1e9 / elapsed for n, i in ids.items()}
+
+
+IDLE_S = 60
+SETTLE_S = 30
+
+
+def launchers(sim: Sim, figures: Figures) -> None:
+    """Each launcher from nothing to healthy, side by side in one run (destroy, then one
+    `up` with `parallelism.launcher` set), and the CPU its idle deployment then takes on
+    each node, beside the nodes with nothing deployed. Leaves the stack destroyed (the
+    caller's `up` converges it again)."""
+    quiet: Callable[[str], None] = lambda _m: None  # noqa: E731
+    gone = stack.engine("destroy", log=quiet)
+    assert not gone.error, gone.error
+    time.sleep(SETTLE_S)
+    for node, cores in node_cpu(sim, IDLE_S).items():
+        figures.add(f"idle_cpu_none_{node}_cores", cores, "cores",
+                    f"the sim node with nothing deployed, over {IDLE_S} s")  # fmt: skip
+    cold: dict[str, float] = {}
+    for launcher in ("ray", "native"):
+        raw = stack.stack_raw()
+        raw["parallelism"]["launcher"] = launcher
+        with stopwatch() as t:
+            up = stack.engine("up", raw, log=sim.say)
+        assert not up.error, up.error
+        assert up.outputs["launcher"]["name"] == launcher, up.outputs["launcher"]
+        cold[launcher] = t[0]
+        how = f"destroy, then one `up` with parallelism.launcher {launcher} to healthy"
+        figures.add(f"cold_{launcher}_s", t[0], "s", how)
+        # The server answered once: the deployment is idle from here.
+        time.sleep(SETTLE_S)
+        for node, cores in node_cpu(sim, IDLE_S).items():
+            figures.add(
+                f"idle_cpu_{launcher}_{node}_cores", cores, "cores",
+                f"the sim node's CPU over {IDLE_S} s with the {launcher} deployment idle "
+                f"({SETTLE_S} s after it was healthy; nothing asked of it)",
+            )  # fmt: skip
+        gone = stack.engine("destroy", raw, log=quiet)
+        assert not gone.error, gone.error
+    figures.add("cold_native_vs_ray", cold["native"] / cold["ray"], "ratio",
+                "cold_native_s / cold_ray_s, side by side in one run")  # fmt: skip

@@ -101,17 +101,25 @@ def deploy(
         "nodes": {name: node.facts for name, node in nodes.items()},
         "nccl": pulumi.Output.all(
             image.versions, {n: node.facts for n, node in nodes.items()}, serving["health"]
-        ).apply(lambda v: _nccl(*v)),
+        ).apply(lambda v: _nccl(cfg.nccl.library, *v)),
         "ray_client": image.versions.apply(_ray_client),
     }
 
 
 def _nccl(
-    agreed: dict[str, str], facts: dict[str, dict[str, object]], health: dict[str, object]
+    wanted: str,
+    agreed: dict[str, str],
+    facts: dict[str, dict[str, object]],
+    health: dict[str, object],
 ) -> dict[str, Any]:
     hosts = {n: str(f.get("nccl_host") or "") for n, f in facts.items()}
+    loaded = health.get("nccl_loaded")
     report = versions.nccl_report(
-        agreed.get("nccl", ""), hosts, str(health.get("nccl_transport", "unknown"))
+        agreed.get("nccl", ""),
+        hosts,
+        str(health.get("nccl_transport", "unknown")),
+        [str(p) for p in loaded] if isinstance(loaded, list) else [],
+        wanted,
     )
     for warning in report["warnings"]:
         pulumi.log.warn(warning)

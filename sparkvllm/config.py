@@ -828,6 +828,41 @@ class TimeoutsConfig(_Closed):
     )
 
 
+NcclLibrary = Literal["image", "host"]
+# Where the host's library appears in every Ray and rank container (mounted read-only).
+HOST_NCCL_IN_CONTAINER = "/opt/sparkvllm/host-nccl/libnccl.so.2"
+# What loads it: the dynamic loader before any other library (torch.distributed's NCCL
+# and every other user), and vLLM's own pynccl (vllm/utils find_nccl_library).
+HOST_NCCL_ENV = {"LD_PRELOAD": HOST_NCCL_IN_CONTAINER, "VLLM_NCCL_SO_PATH": HOST_NCCL_IN_CONTAINER}
+
+
+class NcclConfig(_Closed):
+    """Which NCCL library the containers load."""
+
+    library: NcclLibrary = Field(
+        "image",
+        description="`image`: the NCCL the image ships (pip's nvidia-nccl). `host`: each "
+        "node's own libnccl (DGX OS's), mounted read-only into every Ray and rank container "
+        "and preloaded there (LD_PRELOAD, VLLM_NCCL_SO_PATH): the fix for the TP=2 stall "
+        "seen with the pip-bundled library on two Sparks (vllm-project/vllm#42354). Checked "
+        "on every node at preflight.",
+    )
+    host_path: str | None = Field(
+        None,
+        description="nccl.library host: the library's path on every node (default "
+        "/usr/lib/<image.arch>-linux-gnu/libnccl.so.2, where Debian's and DGX OS's libnccl2 "
+        "put it).",
+    )
+
+    @field_validator("host_path")
+    @classmethod
+    def _host_path(cls, v: str | None) -> str | None:
+        problem = None if v is None else _node_path_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
 class StackConfig(_Closed):
     """The whole stack config (keys under the `spark-vllm:` namespace)."""
 
@@ -844,6 +879,9 @@ class StackConfig(_Closed):
     vllm: VllmConfig = Field(default_factory=lambda: VllmConfig(), description="vLLM options.")
     ports: PortsConfig = Field(default_factory=lambda: PortsConfig(), description="Ports.")
     timeouts: TimeoutsConfig = Field(default_factory=lambda: TimeoutsConfig(), description="Waits.")
+    nccl: NcclConfig = Field(
+        default_factory=lambda: NcclConfig(), description="Which NCCL library runs."
+    )
     drop_page_cache: bool = Field(
         False,
         description="Drop the page cache on every node right before the model server starts "
@@ -948,6 +986,13 @@ class StackConfig(_Closed):
     def total_gpus(self) -> int:
         return sum(n.gpus for n in self.nodes)
 
+    @property
+    def host_nccl(self) -> str | None:
+        """With nccl.library host: the library's path on every node; else None."""
+        if self.nccl.library != "host":
+            return None
+        return self.nccl.host_path or f"/usr/lib/{self.image.arch}-linux-gnu/libnccl.so.2"
+
 
 SECRET_FIELDS = {"ssh_private_key", "ssh_private_keys", "api_key", "hf_token"}
 # Secrets that are maps: `pulumi config set --secret --path 'ssh_private_keys.spark-2'`
@@ -1001,6 +1046,21 @@ def _cross_field_issues(cfg: StackConfig) -> Iterable[Issue]:
             f"{cfg.total_gpus} GPU(s) in all",
             fix=f"make tensor x pipeline equal {cfg.total_gpus} (e.g. tensor: "
             f"{cfg.total_gpus}), or change the nodes",
+        )
+    if cfg.nccl.library == "host":
+        for key in sorted(set(cfg.vllm.env) & set(HOST_NCCL_ENV)):
+            yield Issue(
+                path=f"vllm.env.{key}",
+                value=cfg.vllm.env[key],
+                problem="nccl.library host sets it to the host's NCCL library",
+                fix="remove it (or set nccl.library: image)",
+            )
+    elif cfg.nccl.host_path is not None:
+        yield Issue(
+            path="nccl.host_path",
+            value=cfg.nccl.host_path,
+            problem="only used with nccl.library host",
+            fix="set nccl.library: host, or remove nccl.host_path",
         )
     for key in cfg.vllm.env:
         if key in RESERVED_ENV:

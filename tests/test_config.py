@@ -21,6 +21,14 @@ from tests.conftest import TEST_PRIVATE_KEY
 Raw = dict[str, Any]
 
 
+def _both(*changes: Callable[[Raw], None]) -> Callable[[Raw], None]:
+    def apply(raw: Raw) -> None:
+        for change in changes:
+            change(raw)
+
+    return apply
+
+
 def _set(path: str, value: Any) -> Callable[[Raw], None]:
     def apply(raw: Raw) -> None:
         target: Any = raw
@@ -350,6 +358,31 @@ BAD_INPUTS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         _set("vllm.extra_args", ["--api_key", "sk-abc"]),
         "vllm.extra_args",
         "api_key",
+    ),
+    ("an NCCL library of no kind", _set("nccl.library", "system"), "nccl.library", "'image'"),
+    (
+        "host NCCL path relative",
+        _set("nccl.host_path", "lib/libnccl.so.2"),
+        "nccl.host_path",
+        "absolute path",
+    ),
+    (
+        "host NCCL path with a quote",
+        _set("nccl.host_path", "/usr/lib/nccl'.so"),
+        "nccl.host_path",
+        "paths on the nodes",
+    ),
+    (
+        "host NCCL path without host",
+        _set("nccl", {"host_path": "/opt/nccl/libnccl.so.2"}),
+        "nccl.host_path",
+        "only used with nccl.library host",
+    ),
+    (
+        "LD_PRELOAD in env with the host's NCCL",
+        _both(_set("nccl", {"library": "host"}), _set("vllm.env", {"LD_PRELOAD": "/x.so"})),
+        "vllm.env.LD_PRELOAD",
+        "sets it to the host's NCCL library",
     ),
 ]
 

@@ -2,8 +2,10 @@
 a live Ray TP=2 stack switched to native by one `up` (nothing of Ray left on the nodes),
 answering the same tokens as Ray TP=2; a worker rank lost, and then the worker node
 restarted, each found by `preview --refresh` and healed by one `up` that replaces the
-whole group (vLLM cannot take a rank back); then destroyed. The sim image holds Ray, so
-`auto` runs Ray there (tests/test_launcher.py covers an image without it)."""
+whole group (vLLM cannot take a rank back). The sim image holds Ray, so `auto` runs Ray
+there; then a Ray-less image (a SIMULATION stand-in for a current stock one) under `auto`
+runs native, with nccl.library host (the nodes' stand-in library, loaded by the server's
+processes), and an explicit `ray` on it is refused at preview; then destroyed."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sparkvllm.config import HOST_NCCL_IN_CONTAINER
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs.containers import container_name
 from tests import sim_stack as stack
@@ -33,6 +36,25 @@ def restart_node(cfg: Any, access: Any) -> None:
     while run_ssh(access.targets[WORKER], running, timeout=20).stdout.strip() != "true":
         assert time.monotonic() < deadline, f"{WORKER}'s rank did not come back"
         time.sleep(2)
+
+
+NO_RAY = "sparkvllm/vllm-sim:noray-sim"
+NO_RAY_BUILD = (
+    f"FROM {stack.stack_raw()['image']['ref']}\n"
+    "LABEL ai.sparkvllm.sim=ray-less\n"
+    "RUN pip uninstall -y ray\n"
+)
+# SIMULATION: the sim nodes' stand-in for their own NCCL (sim/images/node/nccl-stand-in.c).
+STAND_IN = "/usr/lib/x86_64-linux-gnu/libnccl.so.2.27.3"
+
+
+def ray_less(launcher: str = "auto") -> dict[str, Any]:
+    raw = stack.stack_raw()
+    raw["image"] = {**raw["image"], "ref": NO_RAY, "source": "present"}
+    raw["image"].pop("tarball", None)
+    raw["parallelism"]["launcher"] = launcher
+    raw["nccl"] = {"library": "host"}
+    return raw
 
 
 def native() -> dict[str, Any]:
@@ -97,7 +119,35 @@ def test_native_answers_as_ray_heals_a_lost_rank_and_leaves_no_ray_behind() -> N
     after = stack.engine("preview", native(), refresh=True, log=sim_log)
     assert not after.changed, [(s.name, s.op, s.keys) for s in after.steps if s.op != "same"]
 
-    gone = stack.engine("destroy", native(), log=sim_log)
+    # A current stock image has no Ray: a SIMULATION stand-in for one, built on the head
+    # from the sim image with Ray uninstalled. `auto` runs native on it; with nccl.library
+    # host every container loads the node's own library (the sim nodes' stand-in).
+    stack.run_on(cfg, access, HEAD, f"docker build -q -t {NO_RAY} - >&2", stdin=NO_RAY_BUILD)
+    try:
+        started = time.monotonic()
+        stock = stack.engine("up", ray_less(), log=sim_log)
+        sim_log(f"phase: Ray-less image under auto, host NCCL {time.monotonic() - started:.1f}s")
+        assert not stock.error, stock.error
+        assert stock.outputs["launcher"] == {
+            "name": "native", "why": f"parallelism.launcher: auto, and {NO_RAY} holds no ray"
+        }  # fmt: skip
+        assert sim_complete(stock.outputs["endpoint"]) == ray_answer
+        nccl = stock.outputs["nccl"]
+        sim_log(f"nccl: {nccl}")
+        assert nccl["library"] == "host" and nccl["loaded"] == [HOST_NCCL_IN_CONTAINER], nccl
+        for node in cfg.nodes:
+            found = stock.outputs["nodes"][node.name]["nccl_library"]
+            assert found == {"path": STAND_IN, "version": "2.27.3+cuda12.9"}, found
+        assert stack.our_containers(cfg, access, WORKER) == [RANK]
+        assert not stack.engine("preview", ray_less(), refresh=True, log=sim_log).changed
+        # An explicit ray on it is refused before anything changes, naming image and fix.
+        refused = stack.engine("preview", ray_less("ray"), log=sim_log)
+        assert refused.error and "holds no Ray" in refused.error, refused.error
+        assert NO_RAY in refused.error and "parallelism.launcher to native" in refused.error
+    finally:
+        gone = stack.engine("destroy", ray_less(), log=sim_log)
+        for node in cfg.nodes:  # destroy keeps images (image.remove_on_destroy)
+            stack.run_on(cfg, access, node.name, f"docker rmi {NO_RAY} >&2 || true")
     assert not gone.error, gone.error
     for node in cfg.nodes:
         assert stack.our_containers(cfg, access, node.name) == []

@@ -635,7 +635,8 @@ def test_nccl_transport_is_read_from_the_server_logs(
     from sparkvllm.specs.commands import nccl_transport_script
 
     fake_docker = tmp_path / "docker"
-    fake_docker.write_text(f"#!/bin/sh\necho {shlex.quote(log)} >&2\n")
+    # `docker exec` (reading /proc): no process mapped a libnccl.
+    fake_docker.write_text(f'#!/bin/sh\n[ "$1" = exec ] && exit 0\necho {shlex.quote(log)} >&2\n')
     fake_docker.chmod(0o755)
     out = subprocess.run(
         ["bash", "-c", nccl_transport_script("srv")],
@@ -644,9 +645,52 @@ def test_nccl_transport_is_read_from_the_server_logs(
         check=True,
         env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
     )
-    assert out.stdout.strip() == f"nccl_transport={transport}"
+    assert out.stdout.splitlines() == [f"nccl_transport={transport}", "nccl_loaded="]
     report = health_report("", '{"ready": true}\n' + out.stdout, "m")
-    assert report["nccl_transport"] == transport
+    assert report["nccl_transport"] == transport and report["nccl_loaded"] == []
+
+
+PIP_NCCL = "/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"
+HOST_NCCL = "/opt/sparkvllm/host-nccl/libnccl.so.2"
+
+
+@pytest.mark.parametrize(
+    ("mapped", "library"),
+    [([], "none"), ([PIP_NCCL], "image"), ([HOST_NCCL], "host"), ([HOST_NCCL, PIP_NCCL], "both")],
+)
+def test_the_nccl_the_server_loaded_is_read_from_its_processes(
+    tmp_path: Path, mapped: list[str], library: str
+) -> None:
+    """`docker exec` stands in for the server container: it prints its processes' maps
+    (two processes mapping each library, and other libraries); the script names each
+    libnccl file once, and the report says which library that is, with a warning when
+    nccl.library host is not what runs."""
+    from sparkvllm.specs.commands import nccl_loaded_script
+    from sparkvllm.specs.versions import nccl_report
+
+    lines = [f"7f00-7f10 r-xp 00000000 08:01 42 {p}" for p in mapped * 2]
+    lines += [
+        "7f20-7f30 r-xp 00000000 08:01 43 /usr/lib/x86_64-linux-gnu/libc.so.6",
+        "7f40-7f50 rw-p 0 0 0",
+    ]
+    maps = tmp_path / "maps"
+    maps.write_text("\n".join(lines) + "\n")
+    fake = tmp_path / "docker"
+    # The reading shell must not preload the host's library itself.
+    fake.write_text(f'#!/bin/sh\n[ "$3" = LD_PRELOAD= ] || exit 9\ncat {maps}\n')
+    fake.chmod(0o755)
+    out = subprocess.run(
+        ["bash", "-c", "\n".join(nccl_loaded_script("srv"))],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+    loaded = health_report("", '{"ready": true}\n' + out.stdout, "m")["nccl_loaded"]
+    assert loaded == sorted(mapped)
+    report = nccl_report("2.27.3+cuda12.9+pip:nvidia-nccl-cu12", {}, "ib", loaded, "host")
+    assert report["library"] == library and report["loaded"] == loaded
+    assert bool(report["warnings"]) == (library in ("image", "both")), report["warnings"]
 
 
 def _download(
@@ -1130,3 +1174,84 @@ def test_the_image_name_step_prints_the_name_the_id_and_each_registry_digest(
     assert commands.name_kept_for(cfg) is None  # a tag keeps nothing
     raw["image"]["ref"] = f"{repo}@sha256:{'d' * 64}"
     assert commands.name_kept_for(load_stack_config(raw)) in out
+
+
+def _host_nccl(spark_raw: dict[str, Any], path: str | None = None) -> StackConfig:
+    raw = copy.deepcopy(spark_raw)
+    raw["nccl"] = {"library": "host", **({"host_path": path} if path else {})}
+    return load_stack_config(raw)
+
+
+def test_the_hosts_nccl_is_found_and_its_version_read_at_preflight(
+    tmp_path: Path, spark_raw: dict[str, Any]
+) -> None:
+    """Under bash, on files of this test: the configured path (a symlink, as Debian's
+    libnccl.so.2) resolves to its file and the version compiled into it; a missing one
+    stops the node, naming node and path, before anything is deployed."""
+    from sparkvllm.specs.facts import nccl_library_script
+
+    lib = tmp_path / "libnccl.so.2.21.5"
+    lib.write_bytes(b"\x7fELF...NCCL version 2.21.5+cuda12.4\x00...")
+    (tmp_path / "libnccl.so.2").symlink_to(lib.name)
+    cfg = _host_nccl(spark_raw, str(tmp_path / "libnccl.so.2"))
+    assert cfg.host_nccl == str(tmp_path / "libnccl.so.2")
+    assert nccl_library_script(cfg.host_nccl) in facts_command(cfg, cfg.nodes[1])
+
+    def facts(path: str) -> Any:
+        out = subprocess.run(
+            ["bash", "-c", nccl_library_script(path)], capture_output=True, text=True, check=True
+        )
+        return parse_facts(healthy_facts(cfg, cfg.nodes[1]) + "\n" + out.stdout)
+
+    found = facts(str(tmp_path / "libnccl.so.2"))
+    assert (found.nccl_lib, found.nccl_lib_version) == (str(lib), "2.21.5+cuda12.4")
+    assert not check_facts(cfg, cfg.nodes[1], found)
+    assert found.as_output()["nccl_library"] == {"path": str(lib), "version": "2.21.5+cuda12.4"}
+    missing = facts(str(tmp_path / "absent" / "libnccl.so.2"))
+    assert missing.nccl_lib == ""
+    assert check_facts(cfg, cfg.nodes[1], missing) == [
+        (
+            f"node spark-2: nccl.library is host, but there is no NCCL library at "
+            f"{cfg.host_nccl}; fix: install it there (DGX OS, Debian: libnccl2), set "
+            "nccl.host_path to where it is, or set nccl.library: image"
+        )
+    ]
+    # The image's NCCL (the default): the facts command reads no library path.
+    image = load_stack_config(spark_raw)
+    assert image.host_nccl is None and "nccl_lib=" not in facts_command(image, image.nodes[1])
+
+
+def test_the_hosts_nccl_is_mounted_and_preloaded_in_every_ray_and_rank_container(
+    spark_raw: dict[str, Any],
+) -> None:
+    """Every container that runs NCCL (Ray head and workers, the server, each rank) gets
+    the node's library read-only and loads it first; with the image's library (the
+    default) the containers are as they were (the same spec digest)."""
+    from sparkvllm.config import HOST_NCCL_IN_CONTAINER
+
+    host = _host_nccl(spark_raw)
+    image = load_stack_config(spark_raw)
+    assert host.host_nccl == "/usr/lib/aarch64-linux-gnu/libnccl.so.2"  # image.arch's
+
+    def every(cfg: StackConfig) -> list[containers.ContainerSpec]:
+        return [
+            containers.ray_head(cfg, "spark"),
+            *(containers.ray_worker(cfg, "spark", n) for n in cfg.worker_nodes),
+            containers.model_server(cfg, "spark", containers.RAY),
+            containers.model_server(cfg, "spark", containers.NATIVE),
+            *(containers.vllm_rank(cfg, "spark", n) for n in cfg.worker_nodes),
+        ]
+
+    mount = containers.Mount(host.host_nccl, HOST_NCCL_IN_CONTAINER, read_only=True)
+    for with_host, plain in zip(every(host), every(image), strict=True):
+        assert mount in with_host.mounts and mount not in plain.mounts, with_host.name
+        assert with_host.env["LD_PRELOAD"] == HOST_NCCL_IN_CONTAINER
+        assert with_host.env["VLLM_NCCL_SO_PATH"] == HOST_NCCL_IN_CONTAINER
+        assert "LD_PRELOAD" not in plain.env
+        assert with_host.labels[containers.SPEC_LABEL] != plain.labels[containers.SPEC_LABEL]
+    # The image's library: the spark stack's containers are those of before this option
+    # (their digests at 08e410e): an upgrade replaces none of them.
+    assert [s.labels[containers.SPEC_LABEL] for s in every(image)] == [
+        "63b8c640ba1e80c8", "7a7aa116f22fc8bf", "c061a469d198de58", "7a97f07b266be36d",
+        "a030bacc221dc2d1",
+    ]  # fmt: skip

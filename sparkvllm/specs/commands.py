@@ -706,8 +706,24 @@ def nccl_transport_script(container: str) -> str:
             # No NCCL at all: torch.distributed over gloo (vLLM on CPU, as on the sim).
             'elif grep -qi "gloo" <<<"$logs"; then echo nccl_transport=gloo',
             "else echo nccl_transport=unknown; fi",
+            *nccl_loaded_script(container),
         ]
     )
+
+
+def nccl_loaded_script(container: str) -> list[str]:
+    """Bash printing `nccl_loaded=`: every libnccl file mapped by a process the server's
+    container sees (its own, or with Ray the host's: the Ray workers), as those processes
+    opened it; read from /proc, so it names the library that runs, not the one the config
+    asked for. The reading shell preloads nothing itself (LD_PRELOAD emptied)."""
+    maps = "cat /proc/[0-9]*/maps 2>/dev/null; true"
+    return [
+        (
+            f"loaded=$(docker exec -e LD_PRELOAD= {container} sh -c {shlex.quote(maps)}"
+            " 2>/dev/null | awk '$6 ~ /libnccl[.]so/ {print $6}' | sort -u | paste -sd, -)"
+        ),
+        'echo nccl_loaded="$loaded"',
+    ]
 
 
 RAY_SETTLE_S = 30

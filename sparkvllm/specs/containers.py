@@ -19,7 +19,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass, replace
 
-from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config import HOST_NCCL_ENV, HOST_NCCL_IN_CONTAINER, NodeConfig, StackConfig
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.ssh import SshOptions, SshTarget, url_host
@@ -176,6 +176,17 @@ def _env(cfg: StackConfig, node: NodeConfig) -> dict[str, str]:
     return {**node_env(cfg, node), "VLLM_RPC_BASE_PATH": VLLM_RPC_IN_CONTAINER}
 
 
+def _nccl_mounts(cfg: StackConfig) -> tuple[Mount, ...]:
+    """nccl.library host: the node's own library, read-only, where HOST_NCCL_ENV loads it
+    from (nothing for the image's: a container as before)."""
+    host = cfg.host_nccl
+    return (Mount(host, HOST_NCCL_IN_CONTAINER, read_only=True),) if host else ()
+
+
+def _nccl_env(cfg: StackConfig) -> dict[str, str]:
+    return dict(HOST_NCCL_ENV) if cfg.host_nccl else {}
+
+
 def gcs_address(cfg: StackConfig) -> str:
     """The Ray GCS address on the cluster link (what workers and the server join)."""
     return f"{cfg.head_node.cluster_link.address}:{cfg.ports.ray_gcs}"
@@ -201,9 +212,9 @@ def _ray_container(
             node=node.name,
             role=role,
             command=cmd,
-            env=_env(cfg, node),
+            env={**_env(cfg, node), **_nccl_env(cfg)},
             labels=labels(stack, role, node.name),
-            mounts=_mounts(cfg),
+            mounts=_mounts(cfg) + _nccl_mounts(cfg),
             # The model server (a Ray driver in its own container) finds the raylet by its
             # process: Ray's containers and the server share the host PID namespace.
             pid_mode="host",
@@ -436,6 +447,7 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = RAY) -> Container
         # it never gives up before our readiness wait; a fixed value, because the budget is
         # a property of the wait, and an env change would replace the running server.
         "VLLM_ENGINE_READY_TIMEOUT_S": str(ENGINE_READY_BOUND_S),
+        **_nccl_env(cfg),
     }
     # Healthy means it generates: /health stays 200 while the engine is stuck.
     health_test = ("CMD", "python3", "-c", answers_check(cfg.ports.api, cfg.model.name_for_clients))
@@ -450,7 +462,8 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = RAY) -> Container
             env=env,
             secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
             labels=labels(stack, "model-server", node.name),
-            mounts=_mounts(cfg) if ray else (Mount(cfg.model.hf_cache, HF_HOME),),
+            mounts=(_mounts(cfg) if ray else (Mount(cfg.model.hf_cache, HF_HOME),))
+            + _nccl_mounts(cfg),
             pid_mode="host" if ray else None,
             # Back after a reboot, like the Ray containers; crash loops are bounded by the
             # entrypoint (_bounded_starts), not by docker.
@@ -480,9 +493,9 @@ def vllm_rank(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
             node=node.name,
             role=RANK_ROLE,
             command=tuple(vllm_serve_args(cfg, NATIVE, node)),
-            env={**node_env(cfg, node), **cfg.vllm.env},
+            env={**node_env(cfg, node), **cfg.vllm.env, **_nccl_env(cfg)},
             labels=labels(stack, RANK_ROLE, node.name),
-            mounts=(Mount(cfg.model.hf_cache, HF_HOME),),
+            mounts=(Mount(cfg.model.hf_cache, HF_HOME), *_nccl_mounts(cfg)),
             **_common(cfg, node),  # type: ignore[arg-type]
         )
     )

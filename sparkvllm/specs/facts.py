@@ -63,6 +63,8 @@ def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
             f"echo hf_cache_free_kb=$(df -Pk {cache} 2>/dev/null | awk 'NR==2{{print $4}}')",
             # The host's own NCCL, if any (the image brings its own; they should agree).
             nccl_host_script(),
+            # nccl.library host: the library the containers will load, where it really is.
+            *([nccl_library_script(cfg.host_nccl)] if cfg.host_nccl else []),
         ]
     )
 
@@ -87,6 +89,8 @@ class NodeFacts:
     rdma_devices: tuple[str, ...]
     hf_cache_free_kb: int | None
     nccl_host: str = ""
+    nccl_lib: str = ""  # nccl.library host: the file the configured path resolves to
+    nccl_lib_version: str = ""
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def as_output(self) -> dict[str, object]:
@@ -110,6 +114,11 @@ class NodeFacts:
             },
             "rdma_devices": list(self.rdma_devices),
             "nccl_host": self.nccl_host,
+            **(
+                {"nccl_library": {"path": self.nccl_lib, "version": self.nccl_lib_version}}
+                if self.nccl_lib
+                else {}
+            ),
             "hf_cache_free_gib": None
             if self.hf_cache_free_kb is None
             else round(self.hf_cache_free_kb / 2**20, 1),
@@ -151,6 +160,8 @@ def parse_facts(stdout: str) -> NodeFacts:
         rdma_devices=_list(g("rdma_devices", "")),
         hf_cache_free_kb=_int(free) if free else None,
         nccl_host=g("nccl_host", ""),
+        nccl_lib=g("nccl_lib", ""),
+        nccl_lib_version=g("nccl_lib_version", ""),
         raw=kv,
     )
 
@@ -177,6 +188,29 @@ def nccl_host_script(globs: tuple[str, ...] = HOST_NCCL_GLOBS) -> str:
         "'NCCL version [0-9]+[.][0-9]+[.][0-9]+[+]cuda[0-9]+[.][0-9]+' \"$lib\" "
         "| head -n 1 | cut -d' ' -f3 || true); "
         "echo nccl_host=${b:-${lib##*.so.}}"
+    )
+
+
+def _nccl_build(lib: str) -> str:
+    """Bash: $b set to the build compiled into the library file `lib` ("2.27.3+cuda12.9"),
+    empty when it holds none."""
+    return (
+        "b=$(grep -aoE -m1 'NCCL version [0-9]+[.][0-9]+[.][0-9]+[+]cuda[0-9]+[.][0-9]+' "
+        f"\"{lib}\" | head -n 1 | cut -d' ' -f3 || true)"
+    )
+
+
+def nccl_library_script(path: str) -> str:
+    """Bash printing `nccl_lib=` (the file `path` resolves to, empty when there is none)
+    and `nccl_lib_version=` (its build, else its file name's release)."""
+    return "; ".join(
+        [
+            f"r=$(readlink -f {shlex.quote(path)} 2>/dev/null || true)",
+            'if [ -n "$r" ] && [ -f "$r" ] && [ -r "$r" ]; then echo nccl_lib="$r"',
+            _nccl_build("$r"),
+            'v=${r##*.so.}; echo nccl_lib_version="${b:-$v}"',
+            "else echo nccl_lib=; echo nccl_lib_version=; fi",
+        ]
     )
 
 
@@ -224,6 +258,12 @@ def check_facts(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> list[st
                 f"node {n}: netdev {link.netdev} holds {held}, not {link.address}; fix: set "
                 "cluster_link.address to the node's address on that interface"
             )
+    if cfg.host_nccl and not facts.nccl_lib:
+        out.append(
+            f"node {n}: nccl.library is host, but there is no NCCL library at "
+            f"{cfg.host_nccl}; fix: install it there (DGX OS, Debian: libnccl2), set "
+            "nccl.host_path to where it is, or set nccl.library: image"
+        )
     if link.roce_hcas:
         missing = [h for h in link.roce_hcas if h not in facts.rdma_devices]
         if missing:

@@ -50,4 +50,7 @@ def health_report(ray_stdout: str, server_stdout: str, served_name: str) -> dict
         "smoke": smoke,
         "metrics": server.get("metrics", {}),
         "nccl_transport": key_values(server_stdout).get("nccl_transport", "unknown"),
+        "nccl_loaded": [
+            p for p in key_values(server_stdout).get("nccl_loaded", "").split(",") if p
+        ],
     }

@@ -14,11 +14,11 @@ compares exactly these since ray PR 42760).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config import HOST_NCCL_IN_CONTAINER, NodeConfig, StackConfig
 from sparkvllm.probes import script
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.output import NodesDisagreeError, last_json
@@ -98,20 +98,47 @@ def _release(nccl: str) -> str:
     return nccl.split("+", 1)[0]
 
 
-def nccl_report(image_nccl: str, hosts: Mapping[str, str], transport: str) -> dict[str, Any]:
+def loaded_library(loaded: Sequence[str]) -> str:
+    """Which NCCL the server's processes mapped: `host` (the node's own, mounted by
+    nccl.library host), `image` (another libnccl: the image's), `both` (two NCCLs in one
+    deployment, which can hang each other), or `none` (no process loaded NCCL: a CPU
+    engine, as on the simulated cluster without its stand-in)."""
+    host = HOST_NCCL_IN_CONTAINER in loaded
+    other = any(p != HOST_NCCL_IN_CONTAINER for p in loaded)
+    return {(True, True): "both", (True, False): "host", (False, True): "image"}.get(
+        (host, other), "none"
+    )
+
+
+def nccl_report(
+    image_nccl: str,
+    hosts: Mapping[str, str],
+    transport: str,
+    loaded: Sequence[str] = (),
+    wanted: str = "image",
+) -> dict[str, Any]:
     """The NCCL in use: the image's library, each host's own, the transport the server's
-    log shows, and a warning for each host whose NCCL release differs from the image's (a
-    container that picks up the host's library through a mount or LD_LIBRARY_PATH runs
-    two NCCLs that can hang each other)."""
+    log shows, the library files the server's processes mapped (`loaded`, and which one
+    that is: `library`), and warnings: a host whose NCCL release differs from the image's
+    when the containers run the image's (a container that also picks up the host's
+    library runs two NCCLs that can hang each other), and a running library other than
+    the one nccl.library asks for (`wanted`)."""
     warnings = [
         f"node {node}: the host's NCCL is {host}, the image's {_release(image_nccl)} "
         f"({image_nccl}); keep the host's libnccl out of the containers (no mount, no "
-        "LD_LIBRARY_PATH), or use an image built against the host's NCCL"
+        "LD_LIBRARY_PATH), or set nccl.library: host to run the host's"
         for node, host in sorted(hosts.items())
-        if host and image_nccl and _release(host) != _release(image_nccl)
+        if wanted == "image" and host and image_nccl and _release(host) != _release(image_nccl)
     ]
+    library = loaded_library(loaded)
+    if wanted == "host" and library not in ("host", "none"):
+        warnings.append(
+            f"nccl.library is host, but the server's processes loaded {', '.join(loaded)}; "
+            "fix: check that nccl.host_path is a readable NCCL library on every node, then "
+            "run up again"
+        )
     return {"image": image_nccl, "hosts": dict(hosts), "transport": transport,
-            "warnings": warnings}  # fmt: skip
+            "loaded": list(loaded), "library": library, "warnings": warnings}  # fmt: skip
 
 
 def ray_client_compatibility(cluster: Mapping[str, str], workstation: Mapping[str, str]) -> str:

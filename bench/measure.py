@@ -457,10 +457,9 @@ def scale(sim: Sim, figures: Figures, nodes: int) -> None:
                 "nodes (the extra nodes' containers removed, the server replaced)")  # fmt: skip
 
 
-def _cpu_ns(container_id: str) -> int:
-    """CPU time a sim node's container used so far (every process in it: sshd, its own
-    dockerd, and our containers, nested in its cgroup), from the host's cgroup files:
-    v1 (cgroupfs) cpuacct.usage, else v2 cpu.stat usage_usec."""
+def _cpu_ns(container_id: str) -> int | None:
+    """CPU time a container used so far, from the host's cgroup files: v1 (cgroupfs)
+    cpuacct.usage, else v2 cpu.stat usage_usec; None when it has no cgroup there."""
     v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage")
     if v1.exists():
         return int(v1.read_text())
@@ -471,23 +470,39 @@ def _cpu_ns(container_id: str) -> int:
         if v2.exists():
             stat = dict(line.split() for line in v2.read_text().splitlines())
             return int(stat["usage_usec"]) * 1000
-    raise RuntimeError(f"no cgroup CPU counter for container {container_id} on this host")
+    return None
+
+
+def _node_containers(node: str) -> list[str]:
+    """A sim node's container and the containers its own dockerd runs. On a host whose
+    containers share its cgroup namespace (cgroup v1), a node's dockerd puts its
+    containers' cgroups beside the node's, not in it; with a private one (v2) they are
+    inside it and have no cgroup of their own at the top (`_cpu_ns` is None)."""
+
+    def ids(*argv: str) -> list[str]:
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return out.split()
+
+    outer = f"sparkvllm-sim-{node}"
+    return [*ids("docker", "inspect", "-f", "{{.Id}}", outer),
+            *ids("docker", "exec", outer, "docker", "ps", "-q", "--no-trunc")]  # fmt: skip
+
+
+def _used_ns(containers: list[str]) -> int:
+    return sum(n for n in map(_cpu_ns, containers) if n is not None)
 
 
 def node_cpu(sim: Sim, seconds: float) -> dict[str, float]:
-    """Cores each sim node used on average over `seconds` (its whole container)."""
-    ids = {
-        n.name: subprocess.run(
-            ["docker", "inspect", "-f", "{{.Id}}", f"sparkvllm-sim-{n.name}"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-        for n in sim.cfg.nodes
-    }  # fmt: skip
-    before = {n: _cpu_ns(i) for n, i in ids.items()}
+    """Cores each sim node used on average over `seconds`: its container (sshd, its own
+    dockerd) and the containers it runs (ours), from the host's cgroup counters."""
+    containers = {n.name: _node_containers(n.name) for n in sim.cfg.nodes}
+    if _cpu_ns(containers[sim.head][0]) is None:
+        raise RuntimeError("no cgroup CPU counter for the sim's node containers on this host")
+    before = {n: _used_ns(c) for n, c in containers.items()}
     start = time.monotonic()
     time.sleep(seconds)
     elapsed = time.monotonic() - start
-    return {n: (_cpu_ns(i) - before[n]) / 1e9 / elapsed for n, i in ids.items()}
+    return {n: (_used_ns(c) - before[n]) / 1e9 / elapsed for n, c in containers.items()}
 
 
 IDLE_S = 60

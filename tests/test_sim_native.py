@@ -1,11 +1,13 @@
 """vLLM's own multi-node launcher (parallelism.launcher: native) on the SIMULATED cluster:
 a live Ray TP=2 stack switched to native by one `up` (nothing of Ray left on the nodes),
-answering the same tokens as Ray TP=2; a worker rank lost, and then the worker node
+answering the same tokens as Ray TP=2; a worker rank lost, then the worker node
 restarted, each found by `preview --refresh` and healed by one `up` that replaces the
-whole group (vLLM cannot take a rank back). The sim image holds Ray, so `auto` runs Ray
-there; then a Ray-less image (a SIMULATION stand-in for a current stock one) under `auto`
-runs native, with nccl.library host (the nodes' stand-in library, loaded by the server's
-processes), and an explicit `ray` on it is refused at preview; then destroyed."""
+whole group (vLLM cannot take a rank back); then its rank stopped and its weights
+deleted, found and healed by one `up` (the probe drift check names both). The sim image
+holds Ray, so `auto` runs Ray there; then a Ray-less image (a SIMULATION stand-in for a
+current stock one) under `auto` runs native, with nccl.library host (the nodes' stand-in
+library, loaded by the server's processes), and an explicit `ray` on it is refused at
+preview; then destroyed."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sparkvllm import drift
 from sparkvllm.config import HOST_NCCL_IN_CONTAINER
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs.containers import container_name
@@ -25,6 +28,10 @@ pytestmark = pytest.mark.sim
 
 HEAD, WORKER = "spark-1", "spark-2"
 RANK = container_name("sim", "rank", WORKER)
+BLOB = (
+    "$(readlink -f /root/.cache/huggingface/hub/models--sparkvllm--tiny-qwen3/"
+    "snapshots/*/model.safetensors)"
+)
 
 
 def restart_node(cfg: Any, access: Any) -> None:
@@ -57,6 +64,24 @@ def ray_less(launcher: str = "auto") -> dict[str, Any]:
     return raw
 
 
+def found_and_healed(fault: str, answer: str, replaced: set[str]) -> None:
+    """`preview --refresh` plans `replaced` replaced; one `up` heals (the same answer);
+    a clean `preview --refresh` after."""
+    found = stack.engine("preview", native(), refresh=True, log=sim_log)
+    assert not found.error, found.error
+    plan = {s.name: s.op for s in found.steps if s.op != "same"}
+    sim_log(f"{fault}: preview --refresh plans {sorted(plan.items())}")
+    assert {n: plan.get(n) for n in replaced} == dict.fromkeys(replaced, "replace"), plan
+    started = time.monotonic()
+    healed = stack.engine("up", native(), log=sim_log)
+    sim_log(f"phase: heal {fault} with one up {time.monotonic() - started:.1f}s")
+    assert not healed.error, healed.error
+    assert healed.outputs["health"]["ready"] is True
+    assert sim_complete(healed.outputs["endpoint"]) == answer
+    after = stack.engine("preview", native(), refresh=True, log=sim_log)
+    assert not after.changed, [(s.name, s.op, s.keys) for s in after.steps if s.op != "same"]
+
+
 def native() -> dict[str, Any]:
     raw = stack.stack_raw()
     raw["parallelism"]["launcher"] = "native"
@@ -87,37 +112,25 @@ def test_native_answers_as_ray_heals_a_lost_rank_and_leaves_no_ray_behind() -> N
     assert stack.engine("preview", native(), refresh=True, log=sim_log).changed is False
 
     stack.run_on(cfg, access, WORKER, f"docker rm -f {RANK}")
-    found = stack.engine("preview", native(), refresh=True, log=sim_log)
-    assert not found.error, found.error
-    plan = {s.name: s.op for s in found.steps if s.op != "same"}
-    sim_log(f"rank lost: preview --refresh plans {sorted(plan.items())}")
-    assert plan.get("model-server-container") == "replace", plan
-    assert plan.get("rank-guard-spark-2") == "replace", plan
-    started = time.monotonic()
-    healed = stack.engine("up", native(), log=sim_log)
-    sim_log(f"phase: heal a lost rank with one up {time.monotonic() - started:.1f}s")
-    assert not healed.error, healed.error
-    assert healed.outputs["health"]["ready"] is True
-    assert sim_complete(healed.outputs["endpoint"]) == ray_answer
-    after = stack.engine("preview", native(), refresh=True, log=sim_log)
-    assert not after.changed, [(s.name, s.op, s.keys) for s in after.steps if s.op != "same"]
+    found_and_healed("a lost rank", ray_answer, {"model-server-container", "rank-guard-spark-2"})
 
     # The worker node restarts: docker starts its rank again, which cannot rejoin the
     # group rank 0 still holds. Its guard reads it as started again: the group is replaced.
     restart_node(cfg, access)
-    found = stack.engine("preview", native(), refresh=True, log=sim_log)
-    assert not found.error, found.error
-    plan = {s.name: s.op for s in found.steps if s.op != "same"}
-    sim_log(f"worker node restarted: preview --refresh plans {sorted(plan.items())}")
-    assert plan.get("rank-guard-spark-2") == "replace", plan
-    assert plan.get("rank-spark-2-container") == "replace", plan
-    started = time.monotonic()
-    healed = stack.engine("up", native(), log=sim_log)
-    sim_log(f"phase: heal a restarted worker node with one up {time.monotonic() - started:.1f}s")
-    assert not healed.error, healed.error
-    assert sim_complete(healed.outputs["endpoint"]) == ray_answer
-    after = stack.engine("preview", native(), refresh=True, log=sim_log)
-    assert not after.changed, [(s.name, s.op, s.keys) for s in after.steps if s.op != "same"]
+    found_and_healed(
+        "a restarted worker node", ray_answer, {"rank-guard-spark-2", "rank-spark-2-container"}
+    )
+
+    # The worker's rank stopped and its weights deleted: both found (the rank guard, the
+    # weights' read-back; the probe drift check names both), healed by one up.
+    stack.run_on(cfg, access, WORKER, f"docker stop -t 5 {RANK} >/dev/null && rm {BLOB}")
+    findings = {(f.node, f.what) for f in drift.check(cfg, "sim", access)}
+    sim_log(f"rank stopped, weights deleted: drift check {sorted(findings)}")
+    assert {(WORKER, "container not running"), (WORKER, "weights incomplete")} <= findings
+    found_and_healed(
+        "a stopped rank and deleted weights", ray_answer,
+        {"rank-guard-spark-2", "model-sync-spark-2"},
+    )  # fmt: skip
 
     # A current stock image has no Ray: a SIMULATION stand-in for one, built on the head
     # from the sim image with Ray uninstalled. `auto` runs native on it; with nccl.library

@@ -1,7 +1,7 @@
 """Config documentation generated from the schema, so it cannot drift from the code.
 
 `python -m sparkvllm.schema` writes schema/stack-config.schema.json (for editors), the
-config reference table between the markers in README.md, and the `config:` block of
+config reference table between the markers in docs/config.md, and the `config:` block of
 Pulumi.yaml (the project's declared keys, which `pulumi config`, `pulumi preview` and
 `pulumi up` check). Tests fail when any is stale.
 """
@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sparkvllm.config import PROJECT, PROJECT_DIR, SECRET_FIELDS, StackConfig, json_schema
 
 SCHEMA_FILE = PROJECT_DIR / "schema" / "stack-config.schema.json"
-README = PROJECT_DIR / "README.md"
+REFERENCE = PROJECT_DIR / "docs" / "config.md"
 PROJECT_FILE = PROJECT_DIR / "Pulumi.yaml"
 # The project file's own entries, kept as they are.
 PROJECT_OWN_CONFIG: dict[str, Any] = {"pulumi:tags": {"value": {"pulumi:template": ""}}}
@@ -148,6 +148,6 @@ def project_file_with_config(text: str) -> str:
 
 if __name__ == "__main__":
     SCHEMA_FILE.write_text(render())
-    README.write_text(readme_with_reference(README.read_text()))
+    REFERENCE.write_text(readme_with_reference(REFERENCE.read_text()))
     PROJECT_FILE.write_text(project_file_with_config(PROJECT_FILE.read_text()))
-    print(f"wrote {SCHEMA_FILE}, the config reference in {README} and {PROJECT_FILE}'s config")
+    print(f"wrote {SCHEMA_FILE}, the config reference in {REFERENCE} and {PROJECT_FILE}'s config")

@@ -35,10 +35,10 @@ def test_schema_rejects_unknown_keys() -> None:
         jsonschema.validate(doc, json.loads(SCHEMA_FILE.read_text()))
 
 
-def test_readme_config_reference_is_current() -> None:
-    from sparkvllm.schema import README, readme_with_reference
+def test_the_config_reference_is_current() -> None:
+    from sparkvllm.schema import REFERENCE, readme_with_reference
 
-    text = README.read_text()
+    text = REFERENCE.read_text()
     assert readme_with_reference(text) == text, "run: python -m sparkvllm.schema"
     assert "| `vllm.gpu_memory_utilization` | float | `0.8` |" in text
 

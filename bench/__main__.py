@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench import measure, relay
 from bench.figures import Figures, git_commit
-from tests import sim_stack as stack
+from sim import stack
 
 HERE = Path(__file__).resolve().parent
 

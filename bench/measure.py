@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.figures import Figures, stopwatch
+from sim import stack
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import (
@@ -30,7 +31,6 @@ from sparkvllm.specs.commands import (
 )
 from sparkvllm.specs.output import key_values
 from sparkvllm.workstation import SshAccess
-from tests import sim_stack as stack
 
 NETDEV = "eth0"  # the sim nodes' interface (sim/settings.py NODE_INTERFACE)
 

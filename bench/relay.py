@@ -19,8 +19,8 @@ from typing import Any
 
 from bench.figures import Figures, stopwatch
 from bench.measure import NETDEV, Sim
+from sim import stack
 from sparkvllm.specs.commands import CommandSpec, image_relay, image_sync
-from tests import sim_stack as stack
 
 RELAY_REF = "sparkvllm/bench-relay:1"
 LINK_MBIT = 200  # 25 MB/s: below what two ssh streams and two loads reach on 2 cores

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from localengine import wire
-from localengine.deployment import STACK_TYPE
+from localengine.executor import STACK_TYPE
 from localengine.export import ExportError, passphrase_from_env, untyped_deployment
 from localengine.operations import OPS, Result, Terminated, run
 from localengine.project import StackConfigError

@@ -27,7 +27,7 @@ from pulumi.runtime.proto import (
 )
 
 from localengine import wire
-from localengine.deployment import STACK_TYPE, Deployment, EngineError
+from localengine.executor import STACK_TYPE, Deployment, EngineError
 
 # Options the engine would honour but this program never sets: refused, not ignored.
 _UNMODELLED = ("protect", "retainOnDelete", "deletedWith", "replace_with", "importId", "remote")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from localengine import wire
-from localengine.deployment import Deployment, EngineError, Step
+from localengine.executor import Deployment, EngineError, Step
 from localengine.langhost import ProgramError, Services, default_parallel
 from localengine.monitor import EngineMonitor, EngineService
 from localengine.program import StackConfigError, project_file, run_program

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from localengine.deployment import Deployment
+from localengine.executor import Deployment
 from localengine.langhost import (
     ProgramError,
     Services,

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from sim.cluster import Cluster
+from sim.nodes import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import DEFAULT_SUBNET, REPO_ROOT, SIM_STACK, StatePaths

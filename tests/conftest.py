@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.specs.containers import LABEL_PREFIX
-from tests.sim_stack import stack_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def project_yaml(name: str, extra: str = "") -> str:
 
 def stack_file(stack: str) -> dict[str, Any]:
     """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped."""
-    return stack_raw(stack, ROOT)
+    return stack_file_raw(stack, ROOT)
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def sim_log(message: str) -> None:
 
 @pytest.fixture(scope="session")
 def sim_deployment() -> SimDeployment:
-    from tests import sim_stack as stack
+    from sim import stack
 
     started = time.monotonic()
     stack.ensure_up()

@@ -44,7 +44,7 @@ def sim_stack(tmp_path: Path) -> Iterator[object]:
         pytest.skip(reason)
     from pulumi import automation as auto
 
-    from tests.sim_stack import ensure_up
+    from sim.stack import ensure_up
 
     ensure_up()
     env = {"PULUMI_CONFIG_PASSPHRASE": "sim-e2e", "PULUMI_BACKEND_URL": f"file://{tmp_path}"}

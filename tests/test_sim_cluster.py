@@ -19,11 +19,11 @@ import urllib.request
 
 import pytest
 
+from sim import stack
 from sparkvllm.probes import server_health
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import image_sync
 from sparkvllm.specs.output import key_values
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment
 
 pytestmark = pytest.mark.sim

@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import pytest
 
+from sim import stack
 from sparkvllm import drift
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs.containers import container_name
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sim import stack
 from sim.settings import REPO_ROOT
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim

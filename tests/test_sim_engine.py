@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests import sim_stack as stack
+from sim import stack
 from tests.conftest import SIM_PROMPT, SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim

@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from sim import stack
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import versions, weights
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, image_sync
 from sparkvllm.specs.output import NodesDisagreeError, key_values, same_on_every_node
 from sparkvllm.workstation import SshAccess
-from tests import sim_stack as stack
 
 pytestmark = pytest.mark.sim
 

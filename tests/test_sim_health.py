@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from sim import stack
 from sparkvllm import diagnose, drift
 from sparkvllm.specs.containers import GAVE_UP, SERVER_STARTS_BOUND, container_name
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim

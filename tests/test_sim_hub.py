@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from localengine.state import StateFile
+from sim import stack
 from sim.settings import REPO_ROOT
 from sparkvllm.config import load_stack_config
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import CommandSpec
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from sim import stack
 from sim.keys import ensure_keypair, public_key_line
 from sim.runner import SubprocessRunner
 from sim.settings import DEFAULT_SUBNET, REPO_ROOT, StatePaths, gateway_address
@@ -28,7 +29,6 @@ from sparkvllm.config import load_stack_config
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import weights
 from sparkvllm.workstation import SshAccess, prepare_ssh_access
-from tests import sim_stack as stack
 from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from sim import stack
 from sparkvllm import drift
 from sparkvllm.config import HOST_NCCL_IN_CONTAINER
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs.containers import container_name
-from tests import sim_stack as stack
 from tests.conftest import sim_complete, sim_log
 
 pytestmark = pytest.mark.sim

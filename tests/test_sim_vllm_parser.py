@@ -68,7 +68,7 @@ SPELLINGS = [
 
 @pytest.fixture(scope="module")
 def vllm_reads() -> list[dict[str, object]]:
-    from tests import sim_stack as stack
+    from sim import stack
 
     stack.ensure_up()  # builds the sim image if it is not there
     argv = ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3",

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from sim.cluster import port_open, ssh_argv
+from sim.nodes import port_open, ssh_argv
 from sim.settings import MODEL_ID, NODE_HF_HUB_DIR, StatePaths
 
 PATHS = StatePaths.at()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sim import build, host_checks, keys, tiny_model
-from sim.cluster import Cluster, Undo, find_existing, node_run_argv
+from sim.nodes import Cluster, Undo, find_existing, node_run_argv
 from sim.progress import Timer
 from sim.runner import CommandError, Result
 from sim.settings import StatePaths, node_specs
@@ -162,7 +162,7 @@ def test_down_forgets_the_local_engines_state_of_the_removed_nodes(
 def test_failed_up_rolls_back_what_it_created(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sim.cluster as cluster_mod
+    import sim.nodes as cluster_mod
 
     hub = tiny_model.HubModel(
         "sparkvllm/tiny-qwen3", tmp_path / "models--sparkvllm--tiny-qwen3", "0" * 40

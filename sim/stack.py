@@ -1,7 +1,7 @@
-"""Test glue for the sim stack: bring the simulated cluster up, run the program's `sim`
-stack through the local engine (localengine/, state in this checkout's
-`.localengine/stacks/spark-vllm/sim.json`, as `python -m localengine up --stack sim`), and run
-commands on the simulated nodes over ssh."""
+"""The `sim` stack's helpers, for the tests and bench/: bring the simulated cluster up,
+run the program's `sim` stack through the local engine (localengine/, state in this
+checkout's `.localengine/stacks/spark-vllm/sim.json`, as `python -m localengine up --stack
+sim`), and run commands on the simulated nodes over ssh."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from localengine import operations
 from localengine.state import StateFile
-from sim.cluster import Cluster
+from sim.nodes import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
 from sim.settings import REPO_ROOT, SIM_STACK, StatePaths

@@ -1255,3 +1255,36 @@ def test_the_hosts_nccl_is_mounted_and_preloaded_in_every_ray_and_rank_container
         "63b8c640ba1e80c8", "7a7aa116f22fc8bf", "c061a469d198de58", "7a97f07b266be36d",
         "a030bacc221dc2d1",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("hcas", "warned"),
+    [
+        (["rocep1s0f1", "roceP2p1s0f1"], None),
+        (["rocep1s0f1"], "names rocep1s0f1 but not roceP2p1s0f1"),
+        (["roceP2p1s0f1"], "names roceP2p1s0f1 but not rocep1s0f1"),
+    ],
+)
+def test_a_port_named_by_one_pcie_half_only_is_a_warning(
+    spark_raw: dict[str, Any], hcas: list[str], warned: str | None
+) -> None:
+    """A GB10's ConnectX-7 port is two PCIe functions in two PCI domains; NCCL_IB_HCA must
+    name both (the other port's halves, and an unrelated HCA, are not twins)."""
+    raw = copy.deepcopy(spark_raw)
+    raw["nodes"][1]["cluster_link"]["roce_hcas"] = hcas
+    cfg = load_stack_config(raw)
+    pci = (
+        "rocep1s0f0@0000:01:00.0,rocep1s0f1@0000:01:00.1,"
+        "roceP2p1s0f0@0002:01:00.0,roceP2p1s0f1@0002:01:00.1,mlx5_9@0000:05:00.0"
+    )
+    lines = healthy_facts(cfg, cfg.nodes[1]).splitlines()
+    facts = parse_facts("\n".join([*lines, f"rdma_pci={pci}"]))
+    said = [w for w in warnings_for(cfg.nodes[1], facts) if "PCIe half" in w]
+    if warned is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and warned in said[0] and "node spark-2" in said[0], said
+        assert "fix: add" in said[0]
+    # Without the PCI addresses (an older node's facts): nothing is guessed.
+    bare = parse_facts("\n".join(lines))
+    assert not [w for w in warnings_for(cfg.nodes[1], bare) if "PCIe half" in w]

@@ -60,6 +60,11 @@ def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
             ),
             "echo netdevs=$(ls /sys/class/net | paste -sd, -)",
             "echo rdma_devices=$(ls /sys/class/infiniband 2>/dev/null | paste -sd, -)",
+            # Each HCA's PCI address: a GB10's ConnectX-7 port is two PCIe halves.
+            (
+                'echo rdma_pci=$(for d in /sys/class/infiniband/*; do [ -e "$d" ] && '
+                'echo "${d##*/}@$(basename "$(readlink -f "$d/device")")"; done | paste -sd, -)'
+            ),
             f"echo hf_cache_free_kb=$(df -Pk {cache} 2>/dev/null | awk 'NR==2{{print $4}}')",
             # The host's own NCCL, if any (the image brings its own; they should agree).
             nccl_host_script(),
@@ -88,6 +93,7 @@ class NodeFacts:
     netdevs: tuple[str, ...]
     rdma_devices: tuple[str, ...]
     hf_cache_free_kb: int | None
+    rdma_pci: tuple[str, ...] = ()  # `hca@pci address`, e.g. rocep1s0f1@0000:01:00.1
     nccl_host: str = ""
     nccl_lib: str = ""  # nccl.library host: the file the configured path resolves to
     nccl_lib_version: str = ""
@@ -158,6 +164,7 @@ def parse_facts(stdout: str) -> NodeFacts:
         netdev_addresses=_list(g("netdev_addresses", "")),
         netdevs=_list(g("netdevs", "")),
         rdma_devices=_list(g("rdma_devices", "")),
+        rdma_pci=_list(g("rdma_pci", "")),
         hf_cache_free_kb=_int(free) if free else None,
         nccl_host=g("nccl_host", ""),
         nccl_lib=g("nccl_lib", ""),
@@ -275,6 +282,19 @@ def check_facts(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> list[st
     return out
 
 
+def hca_twins(rdma_pci: tuple[str, ...]) -> dict[str, list[str]]:
+    """HCA -> the other HCAs of the same port: a GB10's ConnectX-7 port shows as two PCIe
+    functions in two PCI domains, the same bus, device and function (0000:01:00.1 and
+    0002:01:00.1: rocep1s0f1 and roceP2p1s0f1), and NCCL gets the whole link only with both
+    in NCCL_IB_HCA (NVIDIA/dgx-spark-playbooks#102)."""
+    where: dict[str, str] = {}
+    for item in rdma_pci:
+        hca, _, pci = item.partition("@")
+        if hca and pci.count(":") == 2:
+            where[hca] = pci.split(":", 1)[1]  # bus:device.function, without the domain
+    return {h: sorted(o for o in where if o != h and where[o] == at) for h, at in where.items()}
+
+
 def warnings_for(node: NodeConfig, facts: NodeFacts) -> list[str]:
     """Things worth a warning that do not stop the deployment."""
     out = []
@@ -284,6 +304,16 @@ def warnings_for(node: NodeConfig, facts: NodeFacts) -> list[str]:
             f"node {node.name}: netdev {link.netdev} MTU is {facts.netdev_mtu}, expected "
             f"{link.expected_mtu}; NCCL bandwidth suffers without jumbo frames"
         )
+    twins = hca_twins(facts.rdma_pci)
+    for hca in link.roce_hcas:
+        missing = [t for t in twins.get(hca, []) if t not in link.roce_hcas]
+        if missing:
+            out.append(
+                f"node {node.name}: cluster_link.roce_hcas names {hca} but not "
+                f"{', '.join(missing)}, the other PCIe half of the same port; NCCL then "
+                "carries about half the link; fix: add "
+                f"{', '.join(missing)} to cluster_link.roce_hcas"
+            )
     return out
 
 

@@ -630,18 +630,21 @@ def _probe_loop(
     Progress every 30 s on stderr; on timeout, the probe's last answer and the last log
     lines; bounded by `timeout_s`. The probe's last JSON line is the command's stdout.
     With `settle_s`, the probe must give the same passing answer for that long first.
-    With `try_s`, one try is bounded too: a `docker exec` into a container that dies and
-    is restarted under it can hang for good (seen on the sim, in a crash loop).
+    With `try_s`, one try is watched (_watched_try): a `docker exec` into a container that
+    dies and is restarted under it can hang for good (seen on the sim, in a crash loop).
     """
     argv = " ".join(shlex.quote(a) for a in args)
     logs = on_fail_logs_of or container
     # With `budget_from_env`, the bound comes from $WAIT_S at run time (NodeStep passes it),
     # so a new budget is not a new command.
     budget = "${WAIT_S:?the wait budget}" if budget_from_env else str(timeout_s)
+    # A watched try writes its answer to a file (the ray-ready step's text stays as
+    # deployed stacks hold it: it has none).
+    files = '"$probe" "$probe.out"' if try_s else '"$probe"'
     return "\n".join(
         [
             "set -uo pipefail",
-            'probe=$(mktemp); trap \'rm -f "$probe"\' EXIT; cat > "$probe"',
+            f"probe=$(mktemp); trap 'rm -f {files}' EXIT; cat > \"$probe\"",
             f"budget={budget}; deadline=$((SECONDS + budget)); next=$((SECONDS + 30))",
             "while :; do",
             (
@@ -655,11 +658,14 @@ def _probe_loop(
             f"    docker logs --tail 40 {container} >&2 2>&1 || true",
             "    exit 1",
             "  fi",
-            (
-                f"  out=$({f'timeout -k 10 {try_s} ' if try_s else ''}docker exec -i {container}"
-                f' python3 - {argv} < "$probe" 2>/dev/null)'
+            *(
+                _watched_try(container, argv, try_s)
+                if try_s
+                else [
+                    f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
+                    "  rc=$?",
+                ]
             ),
-            "  rc=$?",
             "  if [ $rc -eq 0 ]; then",
             '    if [ "$out" != "${settled:-}" ]; then settled=$out; since=$SECONDS; fi',
             f"    if [ $((SECONDS - since)) -ge {settle_s} ]; then",
@@ -689,6 +695,24 @@ def _probe_loop(
             "done",
         ]
     )
+
+
+def _watched_try(container: str, argv: str, try_s: int) -> list[str]:
+    """Bash: one probe try ($out, $rc) that ends when the probe does, when the container
+    is no longer the one it entered (stopped, or started again: an exec into it can then
+    hang for good), or after `try_s` seconds; checked every second."""
+    state = f"docker inspect -f '{{{{.State.Status}}}} {{{{.State.StartedAt}}}}' {container}"
+    return [
+        f"  was=$({state} 2>/dev/null || echo absent)",
+        f'  docker exec -i {container} python3 - {argv} < "$probe" > "$probe.out" 2>/dev/null &',
+        "  try=$!; t=0",
+        '  while kill -0 "$try" 2>/dev/null; do',
+        "    sleep 1; t=$((t + 1))",
+        f"    now=$({state} 2>/dev/null || echo absent)",
+        f'    if [ "$now" != "$was" ] || [ "$t" -ge {try_s} ]; then kill "$try" 2>/dev/null; fi',
+        "  done",
+        '  wait "$try"; rc=$?; out=$(cat "$probe.out")',
+    ]
 
 
 def nccl_transport_script(container: str) -> str:

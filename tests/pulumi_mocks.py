@@ -174,6 +174,12 @@ def healthy_facts(cfg: StackConfig, node: NodeConfig) -> str:
             f"rdma_devices={','.join(link.roce_hcas)}",
             "nccl_host=2.27.3",
             "hf_cache_free_kb=2936012800",
+            # nccl.library host: the configured path resolves to the host's library.
+            *(
+                [f"nccl_lib={cfg.host_nccl}.2.27.3", "nccl_lib_version=2.27.3+cuda12.9"]
+                if cfg.host_nccl
+                else []
+            ),
         ]
     )
 

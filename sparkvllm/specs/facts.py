@@ -191,9 +191,7 @@ def nccl_host_script(globs: tuple[str, ...] = HOST_NCCL_GLOBS) -> str:
     return (
         f"lib=$(ls {' '.join(globs)} 2>/dev/null | grep -E '[.]so[.][0-9]+[.][0-9]+[.][0-9]+$' "
         "| sort -V | tail -n 1 || true); b=; "
-        '[ -z "$lib" ] || b=$(grep -aoE -m1 '
-        "'NCCL version [0-9]+[.][0-9]+[.][0-9]+[+]cuda[0-9]+[.][0-9]+' \"$lib\" "
-        "| head -n 1 | cut -d' ' -f3 || true); "
+        f'[ -z "$lib" ] || {_nccl_build("$lib")}; '
         "echo nccl_host=${b:-${lib##*.so.}}"
     )
 

@@ -187,6 +187,11 @@ def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
     )
 
 
+def carried(step_id: str) -> str:
+    """The value a step's ID carries (`<step>=<value>-<generation>`; "" for none)."""
+    return step_id.rsplit("-", 1)[0].partition("=")[2]
+
+
 def step_id(props: dict[str, Any], stdout: str, generation: str) -> str:
     """`<step>-<generation>`; a step whose printed value the program decides on carries it
     too, `<step>=<value>-<generation>`, the value of its `id_value` key (see NodeStep)."""
@@ -309,6 +314,4 @@ class NodeStep(Resource):
         # printed, from the ID
         # (`<step>=<value>-<generation>`) for the same reason: known in the preview of an
         # update, where `expected` is not.
-        self.id_value = self.id.apply(
-            lambda id_: str(id_).rsplit("-", 1)[0].partition("=")[2] if id_value else ""
-        )
+        self.id_value = self.id.apply(lambda id_: carried(str(id_)) if id_value else "")

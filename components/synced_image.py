@@ -22,7 +22,7 @@ import pulumi
 
 from components.adapters import gated, remote_command
 from components.gb10_node import GB10Node
-from components.node_step import NodeStep
+from components.node_step import NodeStep, carried
 from sparkvllm.specs import versions
 from sparkvllm.specs.output import key_values, last_json, same_on_every_node
 from sparkvllm.specs.plans import ImagePlan
@@ -197,7 +197,7 @@ def _run_name(config_name: str, step_id: object) -> str:
     config's while the step is being created or replaced (its ID unknown), which is the
     name it will record."""
     if isinstance(step_id, str) and "=" in step_id:
-        return step_id.rsplit("-", 1)[0].partition("=")[2]
+        return carried(step_id)
     return config_name
 
 

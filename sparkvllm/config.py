@@ -149,6 +149,14 @@ def _node_path_problem(v: str) -> str | None:
     return None
 
 
+def _node_path(v: str) -> str:
+    """A path on the nodes, or ValueError naming the problem (_node_path_problem)."""
+    problem = _node_path_problem(v)
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
 def _no_control_chars(v: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in v):
         raise ValueError("holds a control character (newline, tab, NUL ...); fix: remove it")
@@ -494,10 +502,7 @@ class ImageConfig(_Closed):
     @field_validator("tarball")
     @classmethod
     def _tarball_path(cls, v: str | None) -> str | None:
-        problem = None if v is None else _node_path_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return None if v is None else _node_path(v)
 
     @model_validator(mode="after")
     def _tarball_rules(self) -> ImageConfig:
@@ -576,10 +581,7 @@ class ModelConfig(_Closed):
     @field_validator("hf_cache")
     @classmethod
     def _absolute(cls, v: str) -> str:
-        problem = _node_path_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return _node_path(v)
 
     @field_validator("hub_endpoint")
     @classmethod
@@ -857,10 +859,7 @@ class NcclConfig(_Closed):
     @field_validator("host_path")
     @classmethod
     def _host_path(cls, v: str | None) -> str | None:
-        problem = None if v is None else _node_path_problem(v)
-        if problem:
-            raise ValueError(problem)
-        return v
+        return None if v is None else _node_path(v)
 
 
 class StackConfig(_Closed):

@@ -2,11 +2,18 @@
 
     python -m localengine up|preview|refresh|destroy --stack NAME
         [--refresh] [--expect-no-changes] [--replace URN]... [--parallel N] [--json]
+    python -m localengine refresh --stack NAME [--import-pending-creates URN ID]...
+        [--clear-pending-creates]
+        (settles the creates an interrupted run left pending: exists with that ID, or not)
+    python -m localengine state delete URN... --stack NAME [--target-dependents]
+        (forgets resources whose objects are gone; nothing on a node is touched)
     python -m localengine output --stack NAME [--json] [--show-secrets]
         (the stack's outputs from its state, as `pulumi stack output` prints them)
     python -m localengine export --stack NAME [--file FILE]
         (the state as `pulumi stack import` reads it, secrets sealed with
         PULUMI_CONFIG_PASSPHRASE: the stack moves to the Pulumi CLI without redeploying)
+    python -m localengine import --stack NAME --file FILE
+        (the stack's state becomes a `stack export` file's, ours or the CLI's)
 
 Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
 found under --expect-no-changes, 8 cancelled (^C or SIGTERM; a second one terminates).
@@ -28,6 +35,7 @@ from localengine.export import ExportError, passphrase_from_env, untyped_deploym
 from localengine.operations import OPS, Result, Terminated, run
 from localengine.project import StackConfigError
 from localengine.state import StateError, StateFile
+from localengine.state_edit import EditError, delete_resources, import_deployment
 
 EXIT_NO_CHANGES = 7
 EXIT_CANCELLED = 8  # pkg/cmd/pulumi/cmd/exit_codes.go ExitCancelled
@@ -50,7 +58,11 @@ def stack_name(text: str) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
-    p.add_argument("operation", choices=["up", "preview", "refresh", "destroy", "output", "export"])
+    p.add_argument(
+        "operation",
+        choices=["up", "preview", "refresh", "destroy", "output", "export", "import", "state"],
+    )
+    p.add_argument("words", nargs="*", metavar="delete URN", help="state: delete URN...")
     p.add_argument(
         "--stack", "-s", default="sim", type=stack_name, help="stack name (default: sim)"
     )
@@ -68,6 +80,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--show-secrets", action="store_true", help="output: show secret values")
     p.add_argument("--file", type=Path, default=None,
                    help="export: write here (default: standard output)")  # fmt: skip
+    p.add_argument("--import-pending-creates", nargs=2, action="append", default=[],
+                   metavar=("URN", "ID"), help="refresh: this pending create exists, with "
+                   "this ID")  # fmt: skip
+    p.add_argument("--clear-pending-creates", action="store_true",
+                   help="refresh: the other pending creates do not exist")  # fmt: skip
+    p.add_argument("--target-dependents", action="store_true",
+                   help="state delete: delete the resources that depend on it too")  # fmt: skip
     p.add_argument("--debug", action="store_true", help="show an internal error's traceback")
     p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -101,7 +120,8 @@ def export_stack(project_dir: Path, stack: str, file: Path | None) -> int:
         resources = state.load()
         if not resources:
             raise ExportError(f"stack {stack!r} has no state here; fix: pick another --stack")
-        text = json.dumps(untyped_deployment(resources, passphrase_from_env()), indent=2)
+        deployment = untyped_deployment(resources, passphrase_from_env(), state.pending)
+        text = json.dumps(deployment, indent=2)
     except (ExportError, StackConfigError, StateError) as e:
         print(f"error: export: {e}", file=sys.stderr)
         return 1
@@ -131,7 +151,44 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
+def edit_state(args: argparse.Namespace) -> int:
+    """`state delete URN...` and `import --file F` (localengine/state_edit.py)."""
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        state = StateFile(args.cwd, args.stack)
+        state.move_from_earlier_location()
+        if args.operation == "import":
+            if args.file is None:
+                raise EditError("import needs --file FILE (a `stack export` file)")
+            try:
+                passphrase: str | None = passphrase_from_env()
+            except ExportError:
+                passphrase = None  # needed only if the file holds sealed secrets
+            count = import_deployment(state, args.file, passphrase, say)
+            print(f"imported {count} resources into stack {args.stack!r}")
+            return 0
+        verb, urns = (args.words[0], args.words[1:]) if args.words else ("", [])
+        if verb not in ("delete", "remove", "rm") or not urns:
+            raise EditError("usage: state delete URN... [--target-dependents]")
+        count = delete_resources(state, urns, args.target_dependents, say)
+        print("Resource deleted" if count == 1 else f"{count} resources deleted")
+        return 0
+    except (EditError, StateError, StackConfigError) as e:
+        print(f"error: {args.operation}: {e}", file=sys.stderr)
+        return 1
+
+
 def _main(args: argparse.Namespace) -> int:
+    if args.operation in ("state", "import"):
+        return edit_state(args)
+    if args.words:
+        print(f"error: {args.operation} takes no words: {' '.join(args.words)[:200]}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if (args.import_pending_creates or args.clear_pending_creates) and args.operation != "refresh":
+        print("error: --import-pending-creates and --clear-pending-creates go with `refresh`",
+              file=sys.stderr)  # fmt: skip
+        return 1
     if args.operation == "export":
         return export_stack(args.cwd, args.stack, args.file)
     if args.operation == "output":
@@ -156,6 +213,8 @@ def _main(args: argparse.Namespace) -> int:
         result = run(
             args.operation, args.stack, args.cwd, refresh=args.refresh,
             replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
+            import_pending_creates=dict(args.import_pending_creates),
+            clear_pending_creates=args.clear_pending_creates,
         )  # fmt: skip
     except Terminated:
         # The provider hosts and the program are stopped; calls still in flight are not

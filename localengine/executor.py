@@ -18,7 +18,12 @@ rule with its source in docs/engine-rules.md):
   the provider says so;
 - the first failure stops new steps; steps in flight finish and are recorded.
 
-The state is saved after every step (never in preview).
+The state is saved after every step (never in preview), and before each create, update and
+delete with the step recorded as a pending operation (pkg/backend/snapshot.go), so a run
+killed mid-step leaves word of it: the next run lists it. A pending create from an earlier
+run is carried until `refresh --import-pending-creates` or `--clear-pending-creates`
+settles it (snapshot.go: "these must require user intervention"); the others are dropped
+by the next run that writes the state, as the CLI drops them.
 """
 
 from __future__ import annotations
@@ -44,7 +49,14 @@ from localengine.providers.base import (
 )
 from localengine.providers.command import CommandProvider
 from localengine.providers.dynamic import DynamicProvider, PluginContext
-from localengine.state import ResourceState, StateFile
+from localengine.state import (
+    CREATING,
+    DELETING,
+    UPDATING,
+    PendingOperation,
+    ResourceState,
+    StateFile,
+)
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 PROVIDER_PREFIX = "pulumi:providers:"
@@ -126,6 +138,11 @@ class Deployment:
         self.replace_urns = replace_urns
         # The state as it stands, in dependency order: what is saved after each step.
         self.current: dict[str, ResourceState] = {_key(r): r for r in state.load()}
+        # The earlier run's pending operations; its pending creates are carried over until
+        # the user settles them, and this run's own steps in flight are written with them.
+        self.earlier_pending = list(state.pending)
+        self.carried = [op for op in state.pending if op.type == CREATING]
+        self._ops: dict[int, PendingOperation] = {}
         unknown = sorted(replace_urns - {r.urn for r in self.current.values()})
         if unknown:
             raise EngineError(f"--replace {unknown[0]}: no such resource in the stack's state")
@@ -148,11 +165,34 @@ class Deployment:
 
     def _save(self) -> None:
         if not self.preview:
-            self.state_file.save(list(self.current.values()))
+            pending = [*self.carried, *self._ops.values()]
+            self.state_file.save(list(self.current.values()), pending)
 
-    def _put(self, res: ResourceState, replacing: str | None = None) -> None:
-        """Record `res` (in place of the record at `replacing`, e.g. its aliased URN)."""
+    def _begin_op(self, kind: str, res: ResourceState) -> PendingOperation | None:
+        """Write `res` as pending `kind` before its provider call (None in preview)."""
+        if self.preview:
+            return None
+        op = PendingOperation(res, kind)
         with self._lock:
+            self._ops[id(op)] = op
+            self._save()
+        return op
+
+    def _end_op(self, op: PendingOperation | None) -> None:
+        """The call failed: the operation is over and nothing is recorded for it."""
+        if op is not None:
+            with self._lock:
+                self._ops.pop(id(op), None)
+                self._save()
+
+    def _put(
+        self, res: ResourceState, replacing: str | None = None, done: PendingOperation | None = None
+    ) -> None:
+        """Record `res` (in place of the record at `replacing`, e.g. its aliased URN); the
+        pending operation `done` ends in the same write."""
+        with self._lock:
+            if done is not None:
+                self._ops.pop(id(done), None)
             if replacing is not None:
                 self.current.pop(replacing, None)
             self.current.pop(_key(res), None)
@@ -169,8 +209,10 @@ class Deployment:
         pending = [k for k, r in recs.items() if r.delete]
         self.current = {k: recs[k] for k in [*reg, *rest, *pending]}
 
-    def _drop(self, key: str) -> None:
+    def _drop(self, key: str, done: PendingOperation | None = None) -> None:
         with self._lock:
+            if done is not None:
+                self._ops.pop(id(done), None)
             self.current.pop(key, None)
             self._save()
 
@@ -317,6 +359,32 @@ class Deployment:
             self._put(replace(res, id=got.id, inputs=got.inputs, outputs=got.outputs))
         if errors:
             raise EngineError("; ".join(errors))
+
+    def settle_pending_creates(self, imports: dict[str, str], clear: bool) -> list[str]:
+        """`refresh --import-pending-creates URN ID` and `--clear-pending-creates` (pulumi
+        pkg/cmd/pulumi/operations/refresh.go pendingCreatesToImports, filterMapPendingCreates):
+        a pending create the user says exists is recorded with the ID given (its inputs as
+        its outputs until the refresh that follows reads it back, where its provider can
+        read), one the user says does not exist is forgotten; the rest stay pending.
+        Returns the URNs given that matched no pending create."""
+        unmatched = set(imports)
+        kept = []
+        with self._lock:
+            for op in self.carried:
+                res = op.resource
+                if res.urn in imports:
+                    unmatched.discard(res.urn)
+                    outputs = res.outputs or dict(res.inputs)
+                    self.current[_key(res)] = replace(res, id=imports[res.urn], outputs=outputs)
+                    self.log(f"  pending create of {res.name}: recorded as {imports[res.urn]}")
+                elif clear:
+                    self.log(f"  pending create of {res.name}: cleared")
+                else:
+                    kept.append(op)
+            self.carried = kept
+            self._order()
+            self._save()
+        return sorted(unmatched)
 
     def close(self) -> None:
         """Stop the provider hosts this run started (the engine closes its plugins)."""
@@ -537,10 +605,15 @@ class Deployment:
             return res
         if op == "update":
             assert old is not None
-            outputs = self._call("update", new, lambda: provider.update(
-                new.type, new.name, old.id, old.outputs, new.inputs, self.preview))  # fmt: skip
+            pending = self._begin_op(UPDATING, replace(new, id=old.id, outputs=old.outputs))
+            try:
+                outputs = self._call("update", new, lambda: provider.update(
+                    new.type, new.name, old.id, old.outputs, new.inputs, self.preview))  # fmt: skip
+            except BaseException:
+                self._end_op(pending)
+                raise
             res = replace(new, id=old.id, outputs=outputs)
-            self._put(res, replacing=replacing)
+            self._put(res, replacing=replacing, done=pending)
             return res
         if op == "replace" and old is not None and dbr:
             for dependent in self._dependents_to_replace(old):
@@ -560,6 +633,7 @@ class Deployment:
     def _create(
         self, new: ResourceState, provider: Provider, replacing: str | None
     ) -> ResourceState:
+        pending = self._begin_op(CREATING, new)
         try:
             id_, outputs = self._call("create", new, lambda: provider.create(
                 new.type, new.name, new.inputs, self.preview))  # fmt: skip
@@ -567,10 +641,16 @@ class Deployment:
             # A create that failed after the resource came to exist is recorded with its
             # initErrors (the next `up` updates it), then the step fails.
             self._put(replace(new, id=partial.id, outputs=partial.outputs,
-                              initErrors=[str(partial)]), replacing=replacing)  # fmt: skip
+                              initErrors=[str(partial)]), replacing=replacing,
+                      done=pending)  # fmt: skip
             raise EngineError(f"{new.name}: create failed: {partial}") from None
+        except BaseException:
+            self._end_op(pending)
+            raise
         res = replace(new, id=id_, outputs=outputs, initErrors=[])
         with self._lock:
+            if pending is not None:
+                self._ops.pop(id(pending), None)
             if replacing is not None:
                 self.current.pop(replacing, None)
             self.current.pop(new.urn, None)  # the live record gives way to the new one
@@ -622,18 +702,31 @@ class Deployment:
         """DeleteStep.Apply: a provider call for custom resources (none in preview);
         components and providers are only removed from the state."""
         started = time.monotonic()
+        pending = None
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
-            self._call(
-                "delete", res, lambda: provider.delete(res.type, res.id, res.inputs, res.outputs)
-            )
+            pending = self._begin_op(DELETING, res)
+            try:
+                self._call(
+                    "delete", res,
+                    lambda: provider.delete(res.type, res.id, res.inputs, res.outputs),
+                )  # fmt: skip
+            except EngineError as e:
+                self._end_op(pending)
+                raise EngineError(
+                    f"{e}; fix: if it is already gone from the node, forget it with "
+                    f"`python -m localengine state delete --stack {self.stack} '{res.urn}'`"
+                ) from None
+            except BaseException:
+                self._end_op(pending)
+                raise
         internal = _is_default_provider(res.urn)
         if logical and not internal:
             self._step(Step(res.urn, "delete", seconds=time.monotonic() - started))
         if not internal:
             what = "" if logical else " (replaced)"
             self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}{what}")
-        self._drop(_key(res))
+        self._drop(_key(res), done=pending)
 
     # --- after the program ----------------------------------------------------------
 
@@ -668,8 +761,8 @@ class Deployment:
                 raise
             finally:
                 self._end(error)
-        if not self.preview and not self.current:
-            self.state_file.save([])
+        if not self.current:
+            self._save()
 
 
 def _matches_any(key: str, patterns: list[str]) -> bool:

@@ -19,6 +19,11 @@ The rules, read at pulumi/pulumi v3.259.0:
   (`pkg/resource/stack/deployment.go:SerializePropertyValue`); the manager's state is
   `{"salt": "v1:<base64 salt>:<the encryption of \"pulumi\">"}`, which is how the CLI
   tells a wrong passphrase.
+
+`import` reads the same form back (`deployment_resources`), with the checks of
+`pkg/cmd/pulumi/stack/io.go` SaveSnapshot: every resource of this stack (here: and this
+project, which the local engine's state names), dependencies before dependents
+(`snapshot.VerifyIntegrity`), and the pending operations dropped, each with a warning.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from localengine import wire
-from localengine.state import MANIFEST_VERSION, ResourceState
+from localengine.state import MANIFEST_VERSION, PendingOperation, ResourceState
 
 PBKDF2_ITERATIONS = 1_000_000
 _CHECK = "pulumi"
@@ -155,8 +160,15 @@ def resource_v3(res: ResourceState, crypter: PassphraseCrypter) -> dict[str, Any
     return out
 
 
-def untyped_deployment(resources: list[ResourceState], passphrase: str) -> dict[str, Any]:
+def untyped_deployment(
+    resources: list[ResourceState], passphrase: str, pending: list[PendingOperation] | None = None
+) -> dict[str, Any]:
+    """The stack as `pulumi stack export` writes it; its pending operations go along
+    (OperationV2), and `pulumi stack import` drops them with a warning each."""
     crypter = PassphraseCrypter.new(passphrase)
+    operations = [
+        {"resource": resource_v3(op.resource, crypter), "type": op.type} for op in pending or []
+    ]
     version = f"{MANIFEST_VERSION} (spark-vllm)"
     return {
         "version": 3,
@@ -168,8 +180,100 @@ def untyped_deployment(resources: list[ResourceState], passphrase: str) -> dict[
             },
             "secrets_providers": {"type": "passphrase", "state": {"salt": crypter.state()}},
             "resources": [resource_v3(r, crypter) for r in resources],
+            **({"pending_operations": operations} if operations else {}),
         },
     }
+
+
+# ResourceV3 fields of options the local engine does not model: a resource carrying one is
+# refused, as the engine refuses the option in a program.
+_UNMODELLED = ("protect", "external", "pendingReplacement", "retainOnDelete", "deletedWith",
+               "importID", "refreshBeforeUpdate", "viewOf", "replaceWith")  # fmt: skip
+
+
+def _opened(value: Any, crypter: PassphraseCrypter | None) -> Any:
+    """A property value with each secret opened (ciphertext, or plaintext as `stack export
+    --show-secrets` writes it) and kept secret."""
+    if isinstance(value, dict) and value.get(wire.SIG_KEY) == wire.SECRET_SIG:
+        if "plaintext" in value:
+            return wire.secret(json.loads(str(value["plaintext"])))
+        if crypter is None:
+            raise ExportError(
+                "its secrets are sealed with a passphrase; fix: set PULUMI_CONFIG_PASSPHRASE"
+            )
+        try:
+            return wire.secret(json.loads(crypter.decrypt(str(value.get("ciphertext")))))
+        except (InvalidTag, ValueError) as e:
+            raise ExportError(f"a secret does not open with this passphrase ({e})") from None
+    if isinstance(value, dict):
+        return {k: _opened(v, crypter) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_opened(v, crypter) for v in value]
+    return value
+
+
+def _record(raw: Any, crypter: PassphraseCrypter | None) -> ResourceState:
+    if not isinstance(raw, dict) or not raw.get("urn") or not raw.get("type"):
+        raise ExportError(f"not a resource (no urn or type): {str(raw)[:120]}")
+    options = [k for k in _UNMODELLED if raw.get(k)]
+    if options:
+        raise ExportError(f"{raw['urn']}: sets {options[0]}, which the local engine does not model")
+    timeouts = raw.get("customTimeouts") or {}
+    return ResourceState(
+        urn=str(raw["urn"]), type=str(raw["type"]), custom=bool(raw.get("custom")),
+        id=str(raw.get("id") or ""), inputs=_opened(raw.get("inputs") or {}, crypter),
+        outputs=_opened(raw.get("outputs") or {}, crypter), parent=str(raw.get("parent") or ""),
+        provider=str(raw.get("provider") or ""), dependencies=list(raw.get("dependencies") or []),
+        propertyDependencies=dict(raw.get("propertyDependencies") or {}),
+        initErrors=list(raw.get("initErrors") or []),
+        ignoreChanges=list(raw.get("ignoreChanges") or []),
+        replaceOnChanges=list(raw.get("replaceOnChanges") or []),
+        additionalSecretOutputs=list(raw.get("additionalSecretOutputs") or []),
+        aliases=list(raw.get("aliases") or []), delete=bool(raw.get("delete")),
+        customTimeouts={k: f"{v}s" for k, v in timeouts.items() if v},
+    )  # fmt: skip
+
+
+def deployment_resources(
+    data: Any, passphrase: str | None, stack: str, project: str
+) -> tuple[list[ResourceState], list[str]]:
+    """The resources of an UntypedDeployment of version 3, secrets opened; and the warnings
+    (one per pending operation dropped). Refused: another form, a resource of another
+    stack or project, a dependency after its dependent."""
+    if not isinstance(data, dict) or "deployment" not in data:
+        raise ExportError("not a `stack export` file (no deployment)")
+    if data.get("version") != 3:
+        raise ExportError(f"deployment version {data.get('version')!r}; this reads version 3")
+    deployment = data["deployment"] if isinstance(data["deployment"], dict) else {}
+    providers = deployment.get("secrets_providers") or {}
+    crypter = None
+    if providers.get("type") == "passphrase" and passphrase is not None:
+        crypter = PassphraseCrypter.from_state(passphrase, str(providers["state"]["salt"]))
+    elif providers and providers.get("type") != "passphrase":
+        raise ExportError(f"secrets provider {providers.get('type')!r}; this reads passphrase")
+    resources = [_record(raw, crypter) for raw in deployment.get("resources") or []]
+    prefix = f"urn:pulumi:{stack}::{project}::"
+    seen: set[str] = set()
+    for res in resources:
+        if not res.urn.startswith(prefix):
+            raise ExportError(
+                f"resource {res.urn!r} is not of stack {stack!r} of project {project!r}; "
+                "importing this file could be dangerous"
+            )
+        missing = sorted(d for d in res.all_dependencies() if d not in seen)
+        if missing:
+            raise ExportError(
+                f"state file contains errors: {res.urn} refers to {missing[0]}, which does "
+                "not come before it"
+            )
+        seen.add(res.urn)
+    warnings = [
+        f"removing pending operation '{op.get('type')}' on "
+        f"'{(op.get('resource') or {}).get('urn')}' from snapshot"
+        for op in deployment.get("pending_operations") or []
+        if isinstance(op, dict)
+    ]
+    return resources, warnings
 
 
 def passphrase_from_env() -> str:

@@ -21,7 +21,7 @@ from localengine.monitor import EngineMonitor, EngineService
 from localengine.program import StackConfigError, project_file, run_program
 from localengine.providers.base import Provider, Transport
 from localengine.providers.dynamic import PluginContext
-from localengine.state import StateError, StateFile
+from localengine.state import CREATING, PendingOperation, StateError, StateFile
 from sparkvllm.remote import run_ssh
 
 OPS = ("same", "create", "update", "replace", "delete")
@@ -112,6 +112,37 @@ def _interruptible(deployment: Deployment) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def interrupted_creates(pending: list[PendingOperation], stack: str) -> str:
+    """The refusal of an `up` or `destroy` while creates of an interrupted run are pending:
+    each may or may not exist on its node, and only the user can look (the CLI: "`pulumi
+    refresh` will need to be run interactively to clear pending CREATE operations"; its
+    `up` goes on and may create a second copy; here it stops)."""
+    creates = [op.resource for op in pending if op.type == CREATING]
+    names = ", ".join(f"{r.name} ({r.type})" for r in creates)
+    cmd = f"python -m localengine refresh --stack {stack}"
+    return (
+        f"{len(creates)} resource(s) were being created when an earlier run was interrupted, "
+        f"and may or may not exist: {names}. Fix: look on the node; for each "
+        f"that exists, `{cmd} --import-pending-creates URN ID`; then `{cmd} "
+        "--clear-pending-creates` for the rest (they are created again by the next `up`); "
+        f"URNs: {' '.join(r.urn for r in creates)}"
+    )
+
+
+def interrupted_warning(pending: list[PendingOperation]) -> str:
+    """deployment_executor.go printPendingOperationsWarning, for updates and deletes (the
+    run goes on; a delete is tried again, an update re-done where the inputs differ)."""
+    rest = [op for op in pending if op.type != CREATING]
+    if not rest:
+        return ""
+    listed = "; ".join(f"{op.resource.urn}, interrupted while {op.type}" for op in rest)
+    return (
+        f"warning: {len(rest)} pending operation(s) from an earlier run: {listed}. These "
+        "resources are in an unknown state: `refresh` reads back the ones whose provider "
+        "can read and clears these operations"
+    )
+
+
 def _engine_ssh(*args: Any, **kwargs: Any) -> Any:
     """The engine's own ssh calls (the pulumi-command and pulumi-docker models), each in a
     session of its own: a terminal's ^C goes to the engine, not to a call in flight."""
@@ -131,10 +162,14 @@ def run(
     config: dict[str, Any] | None = None,
     secret_keys: list[str] | None = None,
     parallel: int | None = None,
+    import_pending_creates: dict[str, str] | None = None,
+    clear_pending_creates: bool = False,
 ) -> Result:
     """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
     `pulumi config set`). `parallel`: at most this many steps at once (the CLI's
-    --parallel; default its default, four per CPU)."""
+    --parallel; default its default, four per CPU). `import_pending_creates` (URN -> ID)
+    and `clear_pending_creates`: a refresh settles the pending creates of an interrupted
+    run (the CLI's `refresh` flags of those names)."""
     started = time.monotonic()
 
     def refused(error: str) -> Result:
@@ -171,12 +206,24 @@ def run(
             return refused(str(e))
         held.callback(deployment.close)
         monitor.deployment = deployment
+        earlier = deployment.earlier_pending
+        if operation in ("up", "destroy") and any(op.type == CREATING for op in earlier):
+            return refused(f"nothing was done: {interrupted_creates(earlier, stack)}")
+        if operation != "refresh" and (warning := interrupted_warning(earlier)):
+            log(warning)
         do_refresh = refresh if refresh is not None else refresh_default(project_dir)
         error = ""
         with _interruptible(deployment):
             try:
                 if operation == "refresh":
+                    unmatched = deployment.settle_pending_creates(
+                        import_pending_creates or {}, clear_pending_creates
+                    )
+                    for urn in unmatched:
+                        log(f"warning: {urn} did not correspond to a pending create")
                     deployment.refresh()
+                    if deployment.carried:
+                        log(f"warning: {interrupted_creates(deployment.carried, stack)}")
                 elif operation == "destroy":
                     if do_refresh:
                         deployment.refresh()

@@ -75,6 +75,20 @@ class ResourceState:
 
 _FIELDS = {f.name for f in fields(ResourceState)}
 
+# apitype.OperationType: what a step was doing when its run ended before the step did.
+CREATING, UPDATING, DELETING = "creating", "updating", "deleting"
+
+
+@dataclass
+class PendingOperation:
+    """apitype.OperationV2: a step begun and not known to have ended. Written to the state
+    before the step's provider call and removed when the call returns (pulumi
+    pkg/backend/snapshot.go markOperationPending / markOperationComplete), so a run killed
+    mid-step leaves a record of what may have happened on a node."""
+
+    resource: ResourceState
+    type: str
+
 
 # The local engine's states live where the Pulumi CLI never looks: `.localengine/` in the
 # project's folder, or under LOCALENGINE_BACKEND_URL=file://DIR. (The CLI's file backend
@@ -122,6 +136,7 @@ class StateFile:
         self._fernet: Fernet | None = None
         self._salt = ""
         self._kind = ""  # the loaded state's secrets provider: "keyfile" or "passphrase"
+        self.pending: list[PendingOperation] = []  # the loaded state's pending operations
 
     # --- secrets --------------------------------------------------------------------
 
@@ -241,7 +256,9 @@ class StateFile:
                 "move it to that stack's place, or pick that --stack",
             )
         prefix = f"urn:pulumi:{self.stack}::{self.project}::"
-        for raw in latest.get("resources") or []:
+        ops = [op.get("resource") if isinstance(op, dict) else None
+               for op in latest.get("pending_operations") or []]  # fmt: skip
+        for raw in [*(latest.get("resources") or []), *ops]:
             urn = str(raw.get("urn", "")) if isinstance(raw, dict) else ""
             if not urn.startswith(prefix):
                 raise self._refuse(
@@ -262,23 +279,38 @@ class StateFile:
         providers = latest.get("secrets_providers") or {}
         self._kind = str(providers.get("type") or "")
         self._salt = (providers.get("state") or {}).get("salt", "")
-        resources = []
-        for raw in latest.get("resources") or []:
-            raw = dict(raw)
-            raw["inputs"] = self._open(raw.get("inputs") or {})
-            raw["outputs"] = self._open(raw.get("outputs") or {})
-            # Fields the engine does not use (other ResourceV3 fields) are not carried.
-            resources.append(ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS}))
+        resources = [self._record(raw) for raw in latest.get("resources") or []]
+        self.pending = [
+            PendingOperation(self._record(op.get("resource") or {}), str(op.get("type")))
+            for op in latest.get("pending_operations") or []
+            if isinstance(op, dict)
+        ]
         return resources
 
-    def save(self, resources: list[ResourceState]) -> None:
+    def _record(self, raw: dict[str, Any]) -> ResourceState:
+        raw = dict(raw)
+        raw["inputs"] = self._open(raw.get("inputs") or {})
+        raw["outputs"] = self._open(raw.get("outputs") or {})
+        # Fields the engine does not use (other ResourceV3 fields) are not carried.
+        return ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS})
+
+    def _sealed_record(self, r: ResourceState) -> dict[str, Any]:
+        d = asdict(r)
+        d["inputs"] = self._seal(r.inputs)
+        d["outputs"] = self._seal(r.outputs)
+        return d
+
+    def save(
+        self, resources: list[ResourceState], pending: list[PendingOperation] | None = None
+    ) -> None:
+        """Write the checkpoint: `resources` and the `pending` operations (DeploymentV3
+        `pending_operations`)."""
         with self._lock:
-            records = []
-            for r in resources:
-                d = asdict(r)
-                d["inputs"] = self._seal(r.inputs)
-                d["outputs"] = self._seal(r.outputs)
-                records.append(d)
+            records = [self._sealed_record(r) for r in resources]
+            operations = [
+                {"resource": self._sealed_record(op.resource), "type": op.type}
+                for op in pending or []
+            ]
             provider: dict[str, Any] = {
                 "type": "passphrase" if self._salt else "keyfile",
                 "state": {},
@@ -293,6 +325,7 @@ class StateFile:
                         "manifest": {"magic": "", "version": MANIFEST_VERSION},
                         "secrets_providers": provider,
                         "resources": records,
+                        **({"pending_operations": operations} if operations else {}),
                     },
                 },
             }

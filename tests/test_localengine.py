@@ -209,6 +209,11 @@ class Project:
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    return make_project(tmp_path, monkeypatch)
+
+
+def make_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """PROGRAM in a temp project with an in-memory node; no backend or passphrase set."""
     monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
     monkeypatch.delenv("PULUMI_CONFIG_PASSPHRASE", raising=False)
     (tmp_path / "Pulumi.yaml").write_text(project_yaml("spark-vllm"))

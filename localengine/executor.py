@@ -122,6 +122,7 @@ class Deployment:
         provider_factory: Callable[[str, dict[str, Any]], Provider | None] | None = None,
         plugins: PluginContext | None = None,
         parallel: int = 8,
+        secrets: wire.SecretFilter | None = None,
     ):
         self.state_file = state
         self.plugins = plugins
@@ -134,7 +135,9 @@ class Deployment:
         self.project = state.project
         self.transport = transport
         self.preview = preview
-        self.log = log
+        # What the run shows passes the secret filter: every secret it has seen is hidden.
+        self.secrets = secrets or wire.SecretFilter()
+        self.log: Callable[[str], None] = lambda line: log(self.secrets(line))
         self.replace_urns = replace_urns
         # The state as it stands, in dependency order: what is saved after each step.
         self.current: dict[str, ResourceState] = {_key(r): r for r in state.load()}
@@ -492,6 +495,7 @@ class Deployment:
         """Decide and carry out the step for one custom resource; returns (urn, id, outputs).
         `delete_before_replace` None: the option is not set (the provider decides)."""
         urn = make_urn(self.stack, self.project, parent, typ, name)
+        self.secrets.add(inputs)
         self._begin(name)
         started = time.monotonic()
         error: BaseException | None = None
@@ -536,7 +540,9 @@ class Deployment:
                 self.log(
                     f"{'(preview) ' if self.preview else ''}{op} {name}{keys} ({step.seconds:.1f}s)"
                 )
-            return urn, out.id, _secret_outputs(out.outputs, new.inputs, additional_secret_outputs)
+            outputs = _secret_outputs(out.outputs, new.inputs, additional_secret_outputs)
+            self.secrets.add(outputs)
+            return urn, out.id, outputs
         except BaseException as e:
             error = e
             raise

@@ -177,6 +177,9 @@ def run(
 
     preview = operation == "preview"
     parallel = parallel or default_parallel()
+    shown = wire.SecretFilter()  # every secret the run sees is hidden in what it shows
+    unfiltered = log
+    log = lambda line: unfiltered(shown(line))  # noqa: E731
     # Undone in reverse at the end, however the run ends: the provider hosts, the engine's
     # services, the stack's lock.
     with contextlib.ExitStack() as held:
@@ -199,7 +202,7 @@ def run(
         try:
             deployment = Deployment(
                 state, transport, preview=preview, log=log, replace_urns=replace_urns,
-                provider_factory=provider_factory, parallel=parallel,
+                provider_factory=provider_factory, parallel=parallel, secrets=shown,
                 plugins=PluginContext(project_dir, project, services.address),
             )  # fmt: skip
         except (EngineError, StateError) as e:
@@ -246,6 +249,7 @@ def run(
                 error = deployment.failed() or str(e)
         if deployment.interrupted and not error:
             error = "interrupted: steps in flight finished and are recorded"
+        error = deployment.secrets(error)
         counts = {op: sum(1 for s in deployment.steps if s.op == op) for op in OPS}
         return Result(
             operation=operation,

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from localengine import wire
 from localengine.executor import Deployment
 from localengine.langhost import (
     ProgramError,
@@ -215,6 +216,7 @@ def run_program(
     going to `deployment` through `services`; raises ProgramError when it fails."""
     project = project_file(project_dir)
     values, secret_keys = stack_config(project_dir, stack, config, secret_keys)
+    deployment.secrets.add({k: wire.secret(values[k]) for k in secret_keys if k in values})
     code = run_program_process(
         project_dir, project, stack, services, config=values, secret_keys=secret_keys,
         dry_run=deployment.preview, parallel=parallel or default_parallel(),

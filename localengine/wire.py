@@ -8,6 +8,9 @@ Resource references, assets and archives are not used by this program and are re
 
 from __future__ import annotations
 
+import json
+import re
+import threading
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
@@ -123,3 +126,45 @@ def redacted(value: Any) -> Any:
     if value == UNKNOWN:
         return "[unknown]"
     return value
+
+
+def secret_texts(value: Any, inside: bool = False) -> set[str]:
+    """The string values held inside secrets anywhere in `value`."""
+    if is_secret(value):
+        return secret_texts(value.get("value"), inside=True)
+    if isinstance(value, dict):
+        return set().union(*(secret_texts(v, inside) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(secret_texts(v, inside) for v in value))
+    return {value} if inside and isinstance(value, str) else set()
+
+
+class SecretFilter:
+    """Each known secret text in a line to be shown replaced by "[secret]", as the CLI
+    filters what it displays (pulumi sdk/go/common/util/logging/log.go replacements and
+    FilterString: texts under 3 characters and "true"/"false" are left, a JSON-escaped
+    form is replaced too). The CLI knows the stack's secret config; the local engine also
+    knows every secret input and output of the run (a command's error that echoes its
+    secret environment, a key in a message)."""
+
+    def __init__(self) -> None:
+        self._texts: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()
+
+    def add(self, value: Any) -> None:
+        new = set()
+        for text in secret_texts(value):
+            for form in {text, json.dumps(text)[1:-1], *text.splitlines()}:
+                if len(form.strip()) >= 3 and form.lower() not in ("true", "false"):
+                    new.add(form)
+        with self._lock:
+            if new - self._texts:
+                self._texts |= new
+                # Longest first, so a secret is replaced whole before any part of it.
+                words = sorted(self._texts, key=len, reverse=True)
+                self._pattern = re.compile("|".join(map(re.escape, words)))
+
+    def __call__(self, line: str) -> str:
+        pattern = self._pattern
+        return pattern.sub("[secret]", line) if pattern is not None else line

@@ -389,6 +389,36 @@ def test_failure_stops_new_steps_keeps_what_was_done_and_the_next_up_continues(
     assert "box-cmd" not in ops(resumed) or ops(resumed)["box-cmd"] == "create"
 
 
+def test_a_secret_is_never_shown_even_when_a_failing_command_echoes_it(project: Project) -> None:
+    """The CLI hides its secret config in all it shows (logging.FilterString); the local
+    engine hides every secret of the run: here the key a command's error echoes."""
+
+    class Echoing(FakeCommand):
+        def _run(self, name: str, inputs: dict[str, Any], command: str, previous: Any) -> Any:
+            key = inputs["connection"]["value"]["privateKey"]
+            raise ProviderError(f'{name}: command failed (exit 1): echo {key} "{key}"')
+
+    shown: list[str] = []
+    factory = project.factory
+    result = run(
+        "up", "test", project.dir, log=shown.append,
+        provider_factory=lambda pkg, i: Echoing(project.node) if pkg == "command" else factory(pkg, i),
+    )  # fmt: skip
+    assert "command failed" in result.error and "[secret]" in result.error
+    assert not [line for line in [result.error, *shown] if "TEST-KEY-9f1" in line]
+
+
+def test_the_secret_filter_follows_the_clis_rules() -> None:
+    from localengine import wire
+
+    shown = wire.SecretFilter()
+    shown.add({"a": wire.secret({"k": 'p"w1', "short": "ab", "b": "true"}), "plain": "visible"})
+    assert (
+        shown('got p"w1 and p\\"w1, ab, true, visible')
+        == "got [secret] and [secret], ab, true, visible"
+    )
+
+
 def test_secrets_are_encrypted_in_the_state_file(project: Project) -> None:
     project.run()
     text = (project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json").read_text()

@@ -18,7 +18,8 @@ pinned SDK is 3.272.0):
   the program's folder is on sys.path, nothing else of ours) inside `run_in_stack`, and
   reports a failure through Engine.Log before exiting non-zero.
 
-Nothing of the program runs in the engine's process.
+Nothing of the program runs in the engine's process, and the program's process does not
+outlive the engine, even a killed one (localengine/children.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 import grpc
 from pulumi.runtime.proto import engine_pb2_grpc, resource_pb2_grpc
 
+from localengine import children
 from localengine.project import runtime_options
 
 VENDOR = Path(__file__).resolve().parent / "vendor"
@@ -134,10 +136,10 @@ def run_program_process(
         ".",
     ]  # fmt: skip
     try:
-        proc = subprocess.Popen(
+        # In a session of its own, armed to die with the engine (localengine/children.py).
+        proc = children.start(
             argv, cwd=project_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
         )  # fmt: skip
     except OSError as e:
         raise ProgramError(f"cannot start the program with {python}: {e}") from None

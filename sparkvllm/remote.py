@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,15 +86,25 @@ def run_ssh(
     stdin: str | None = None,
     timeout: float | None = 600,
     own_session: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `command` in the node's login shell over ssh; never raises on exit status.
-    `own_session`: the ssh in a session of its own (a terminal's ^C does not reach it)."""
+    `own_session`: the ssh in a session of its own (a terminal's ^C does not reach it).
+
+    `env`: variables for the command, sent as SSH env requests: the values go into the
+    ssh process's environment (this process's environment plus these, nothing else), the
+    argv carries `-o SendEnv=NAME` (names, never values: an argv is readable by every user
+    of the workstation, `ps`). The node's sshd sets only the names its AcceptEnv lists
+    (sshd_config(5)), and OpenSSH's client does not report a refused one: it sends each
+    request without asking for a reply (clientloop.c client_session2_setup)."""
+    sent = dict(env or {})
     return subprocess.run(
-        target.argv(command),
+        target.argv(command, send_env=sorted(sent)),
         input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
         start_new_session=own_session,
+        env={**os.environ, **sent} if sent else None,
     )

@@ -400,10 +400,11 @@ def test_a_secret_is_never_shown_even_when_a_failing_command_echoes_it(project: 
 
     shown: list[str] = []
     factory = project.factory
-    result = run(
-        "up", "test", project.dir, log=shown.append,
-        provider_factory=lambda pkg, i: Echoing(project.node) if pkg == "command" else factory(pkg, i),
-    )  # fmt: skip
+
+    def echoing(pkg: str, inputs: dict[str, Any]) -> Provider | None:
+        return Echoing(project.node) if pkg == "command" else factory(pkg, inputs)
+
+    result = run("up", "test", project.dir, log=shown.append, provider_factory=echoing)
     assert "command failed" in result.error and "[secret]" in result.error
     assert not [line for line in [result.error, *shown] if "TEST-KEY-9f1" in line]
 

@@ -12,12 +12,22 @@
 The connection is made here with the workstation's `ssh` binary rather than Go's SSH
 library (a stand-in transport with the same key and host-key policy: the host key is
 verified exactly when `connection.hostKey` is set).
+
+`environment`, and on update and delete the previous stdout and stderr when not empty
+(PULUMI_COMMAND_STDOUT / _STDERR, unless `addPreviousOutputInEnv` is false), are SSH env
+requests, as Go's `session.Setenv` makes them (commandOutputs.go run): here ssh sends them
+from its own environment (`-o SendEnv=NAME`; sparkvllm/remote.py run_ssh `env`), so no
+value is in any argv (a command line is readable by every user: `ps`). The node's sshd sets
+only the names its AcceptEnv lists. pulumi-command fails when an `environment` name is
+refused and only warns for the previous outputs; OpenSSH's client does not report a refusal,
+so the command is preceded by a check, on the node, that each `environment` name is set
+(names only): "could not set environment variable NAME", exit 255. The previous outputs are
+sent optimistically, unchecked (pulumi-command warns and goes on).
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 from typing import Any
 
 from localengine import wire
@@ -121,22 +131,16 @@ class CommandProvider:
         if not command:
             return {**inputs, "stdout": "", "stderr": ""}
         target = self._target(wire.plain(inputs["connection"]))
-        # commandOutputs.go run: `environment`, and on update and delete the previous
-        # outputs when not empty (PULUMI_COMMAND_STDOUT / _STDERR), are set for the whole
-        # session (Go's session.Setenv; here exported before the command).
-        env = {str(k): str(v) for k, v in (wire.plain(inputs.get("environment")) or {}).items()}
-        bad = [k for k in env if not k.isidentifier()]
-        if bad:
-            raise ProviderError(f"{name}: environment name {bad[0]!r} is not a variable name")
-        if previous and wire.plain(inputs.get("addPreviousOutputInEnv")) is not False:
-            env.update({f"PULUMI_COMMAND_{k.upper()}": v for k, v in previous.items() if v})
-        if env:
-            exports = "; ".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-            command = f"{exports}; {command}"
+        # commandOutputs.go run: `environment`, then the previous outputs, are set with SSH
+        # env requests (session.Setenv), sent by ssh from its environment (run_ssh `env`).
+        env = _environment(name, inputs)
+        sent = {**env, **_previous_outputs(inputs, previous)}
         stdin = wire.plain(inputs.get("stdin"))
         # The custom timeout bounds only the dial (ConnectTimeout); a running command is
         # not killed (pulumi-go-provider middleware/cancel).
-        result = self._transport(target, command, stdin=stdin, timeout=None)
+        result = self._transport(
+            target, _required(env) + command, stdin=stdin, timeout=None, env=sent
+        )
         if result.returncode != 0:
             tail = "\n".join(str(result.stderr).strip().splitlines()[-15:])
             raise ProviderError(
@@ -153,6 +157,37 @@ class CommandProvider:
     def close(self) -> None:
         """At the end of the run (Deployment.close): the key copies go."""
         self._files.close()
+
+
+def _environment(name: str, inputs: dict[str, Any]) -> dict[str, str]:
+    """`environment`, plain; each name a shell variable name (it is sent by name, and
+    checked by name on the node: `_required`)."""
+    env = {str(k): str(v) for k, v in (wire.plain(inputs.get("environment")) or {}).items()}
+    bad = [k for k in env if not (k.isascii() and k.isidentifier())]
+    if bad:
+        raise ProviderError(f"{name}: environment name {bad[0]!r} is not a variable name")
+    return env
+
+
+def _previous_outputs(inputs: dict[str, Any], previous: dict[str, str] | None) -> dict[str, str]:
+    """commandOutputs.go run: on update and delete, PULUMI_COMMAND_STDOUT / _STDERR when not
+    empty, unless `addPreviousOutputInEnv` is false (util/util.go names them)."""
+    if not previous or wire.plain(inputs.get("addPreviousOutputInEnv")) is False:
+        return {}
+    return {f"PULUMI_COMMAND_{k.upper()}": v for k, v in previous.items() if v}
+
+
+def _required(env: dict[str, str]) -> str:
+    """The check before the command that each `environment` name is set on the node
+    (names only): an `environment` the node refused is an error in pulumi-command
+    (commandOutputs.go run: logAndWrapSetenvErr with diag.Error), and OpenSSH's client does
+    not report a refused env request, so the node's shell does. 255: ssh's own failure code,
+    never the command's."""
+    return "".join(
+        f'[ -n "${{{k}+x}}" ] || {{ echo "could not set environment variable {k}: the '
+        f"node's sshd must accept it (AcceptEnv {k})\" >&2; exit 255; }}; "
+        for k in sorted(env)
+    )
 
 
 def _known(typ: str) -> None:

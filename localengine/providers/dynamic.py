@@ -8,7 +8,9 @@ their sources are in docs/engine-rules.md):
   (sdk/go/common/resource/plugin/plugin.go execPlugin: `cmd.Dir = pwd`), with each
   Pulumi.yaml runtime option as `PULUMI_RUNTIME_<NAME>` and `PULUMI_PROJECT`
   (provider_plugin.go NewProvider); it prints its port; one host per provider resource,
-  loaded on first use (pkg/resource/deploy/providers/registry.go);
+  loaded on first use (pkg/resource/deploy/providers/registry.go); the host, the python its
+  script starts included, dies with the engine, a killed one too (localengine/children.py:
+  a stand-in difference, docs/engine-rules.md);
 - Configure first (the host answers acceptSecrets false, so secret values reach it as plain
   values: provider_plugin.go marshals with KeepSecrets = acceptSecrets), then Check, Diff,
   Create, Read, Update, Delete with the SDK's provider_pb2 messages; the host serves at
@@ -39,7 +41,7 @@ import grpc
 from google.protobuf import struct_pb2
 from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from localengine import wire
+from localengine import children, wire
 from localengine.langhost import GRPC_OPTIONS
 from localengine.project import runtime_options
 from localengine.providers.base import DiffResult, ProviderError, ReadResult
@@ -75,11 +77,12 @@ class ProviderHost:
     def __init__(self, context: PluginContext):
         self.context = context
         self.stderr: deque[str] = deque(maxlen=40)
-        self.proc = subprocess.Popen(
+        # In a session of its own, armed to die with the engine, the python the script
+        # starts with it (localengine/children.py).
+        self.proc: subprocess.Popen[str] = children.start(
             ["/bin/sh", str(HOST), context.engine_address],
             cwd=context.project_dir, env=context.environment(), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True,
         )  # fmt: skip
         _LIVE.add(self.proc)
         threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True).start()

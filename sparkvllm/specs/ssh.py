@@ -144,15 +144,26 @@ class SshTarget:
             raise ValueError("the destination names a shell variable; use shell()")
         return ["".join(str(p) for p in w) for w in words]
 
-    def argv(self, remote_command: str | None = None) -> list[str]:
-        """`ssh OPTIONS -p PORT -l USER -- HOST [COMMAND]` as argv."""
+    def argv(self, remote_command: str | None = None, *, send_env: Sequence[str] = ()) -> list[str]:
+        """`ssh OPTIONS [-o SendEnv=NAME ...] -p PORT -l USER -- HOST [COMMAND]` as argv.
+        `send_env`: variables of the ssh process's environment to pass to the node, by
+        NAME only (ssh_config(5) SendEnv): their values never enter the argv."""
         tail = [remote_command] if remote_command is not None else []
-        return ["ssh", *self.options.argv(), *self.destination(), *tail]
+        sent = [w for name in send_env for w in ("-o", f"SendEnv={_env_name(name)}")]
+        return ["ssh", *self.options.argv(), *sent, *self.destination(), *tail]
 
     def shell(self) -> str:
         """The same line for a bash script (a remote command is appended by the caller)."""
         words = ["ssh", *self.options.shell(), *map(_shell_word, self._destination())]
         return " ".join(words)
+
+
+def _env_name(name: str) -> str:
+    """A variable name ssh sends as itself: SendEnv takes patterns (`*`, `?`) and a leading
+    `-` removes names (ssh_config(5)), so only `[A-Za-z_][A-Za-z0-9_]*` is accepted."""
+    if not (name.isascii() and name.isidentifier()):
+        raise ValueError(f"not an environment variable name: {name!r}")
+    return name
 
 
 def _text(value: int | ShellVar) -> str | ShellVar:

@@ -38,8 +38,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localengine import wire
+from localengine.export import duration_seconds
 from localengine.providers import docker
 from localengine.providers.base import (
+    STEP_TIMEOUT,
     DiffResult,
     PartialCreate,
     Provider,
@@ -669,6 +671,8 @@ class Deployment:
         if not self.preview:
             with self._lock:
                 self.counters.writes += 1
+        # The step's customTimeouts go with the call (step.go: the request's `timeout`).
+        token = STEP_TIMEOUT.set(duration_seconds(str(res.customTimeouts.get(what) or "")))
         try:
             with self._workers:
                 return fn()
@@ -676,6 +680,8 @@ class Deployment:
             raise
         except ProviderError as e:
             raise EngineError(f"{res.name}: {what} failed: {e}") from None
+        finally:
+            STEP_TIMEOUT.reset(token)
 
     def _dependents_to_replace(self, old: ResourceState) -> list[ResourceState]:
         """calculateDependentReplacements: a resource is replaced with `old` when its

@@ -128,12 +128,21 @@ def redacted(value: Any) -> Any:
     return value
 
 
+# A pulumi-command connection is secret as a whole (it is encrypted at rest), but of its
+# fields only password, privateKey and privateKeyPassword are (pulumi-command v1.2.1
+# provider/pkg/provider/remote/connection.go: `provider:"secret"`): where a node is and who
+# logs in stay readable in what is shown.
+_CONNECTION_PUBLIC = {"host", "user", "port", "dialErrorLimit", "perDialTimeout", "hostKey",
+                      "agentSocketPath"}  # fmt: skip
+
+
 def secret_texts(value: Any, inside: bool = False) -> set[str]:
     """The string values held inside secrets anywhere in `value`."""
     if is_secret(value):
         return secret_texts(value.get("value"), inside=True)
     if isinstance(value, dict):
-        return set().union(*(secret_texts(v, inside) for v in value.values()))
+        public = _CONNECTION_PUBLIC if "host" in value else set()
+        return set().union(*(secret_texts(v, inside) for k, v in value.items() if k not in public))
     if isinstance(value, list):
         return set().union(*(secret_texts(v, inside) for v in value))
     return {value} if inside and isinstance(value, str) else set()

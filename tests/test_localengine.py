@@ -418,6 +418,9 @@ def test_the_secret_filter_follows_the_clis_rules() -> None:
         shown('got p"w1 and p\\"w1, ab, true, visible')
         == "got [secret] and [secret], ab, true, visible"
     )
+    # A connection: where and who stay readable, the key does not (connection.go).
+    shown.add(wire.secret({"host": "10.0.0.5", "user": "root", "privateKey": "KEY-LINE-1"}))
+    assert shown("ssh root@10.0.0.5 -i KEY-LINE-1") == "ssh root@10.0.0.5 -i [secret]"
 
 
 def test_secrets_are_encrypted_in_the_state_file(project: Project) -> None:
@@ -688,6 +691,50 @@ def test_custom_timeouts_are_go_durations_in_seconds(text: str, seconds: float) 
     from localengine.export import duration_seconds
 
     assert duration_seconds(text) == pytest.approx(seconds)
+
+
+def test_a_remote_command_is_bounded_by_its_custom_timeouts_else_by_the_engines_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step's customTimeouts reach the provider call (step.go: the request's timeout);
+    the command model ends the ssh call there, else at DEFAULT_TIMEOUT_S."""
+    import subprocess
+
+    from localengine.providers import command as command_model
+
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("bounded"))
+    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
+    (tmp_path / "__main__.py").write_text(textwrap.dedent(
+        """
+        import pulumi
+        import pulumi_command as command
+
+        conn = command.remote.ConnectionArgs(host="127.0.0.1", private_key="k")
+        command.remote.Command("quick", connection=conn, create="true",
+                               opts=pulumi.ResourceOptions(
+                                   custom_timeouts=pulumi.CustomTimeouts(create="90s")))
+        command.remote.Command("hangs", connection=conn, create="sleep 1d",
+                               opts=pulumi.ResourceOptions(
+                                   custom_timeouts=pulumi.CustomTimeouts(create="2m30s")))
+        command.remote.Command("plain", connection=conn, create="echo plain")
+        """
+    ))  # fmt: skip
+    bounds: dict[str, float] = {}
+
+    def transport(target: Any, cmd: str, **kw: Any) -> Any:
+        bounds[cmd.rsplit(" ", 1)[-1] if "sleep" not in cmd else "hangs"] = kw["timeout"]
+        if "sleep" in cmd:
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        return subprocess.CompletedProcess([], 0, "out\n", "")
+
+    def factory(pkg: str, _inputs: dict[str, Any]) -> Provider | None:
+        return command_model.CommandProvider(transport) if pkg == "command" else None
+
+    result = run("up", "test", tmp_path, provider_factory=factory, log=lambda _m: None)
+    assert bounds == {"true": 90.0, "hangs": 150.0, "plain": command_model.DEFAULT_TIMEOUT_S}
+    assert "hangs: create failed: hangs: no answer from 127.0.0.1 within 150s (its " in result.error
+    assert "the command may still be running on the node" in result.error
 
 
 def test_export_writes_what_pulumi_stack_import_reads(

@@ -4,6 +4,7 @@ this program needs) and the one seam through which providers touch nodes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -12,6 +13,11 @@ from localengine import wire
 # The side-effect seam: run a shell command on a node over ssh (stdin optional), return the
 # completed process. sparkvllm.remote.run_ssh in real use; a recording fake in tests.
 Transport = Callable[..., Any]
+
+# The customTimeouts of the step whose provider call is in flight in this thread, in seconds
+# (0: none set): what the CLI passes in CreateRequest, UpdateRequest and DeleteRequest
+# `timeout` (pkg/resource/deploy/step.go). Set by the engine around each call.
+STEP_TIMEOUT: ContextVar[float] = ContextVar("step_timeout", default=0.0)
 
 
 class ProviderError(Exception):

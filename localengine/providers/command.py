@@ -28,10 +28,12 @@ sent optimistically, unchecked (pulumi-command warns and goes on).
 from __future__ import annotations
 
 import os
+import subprocess
 from typing import Any
 
 from localengine import wire
 from localengine.providers.base import (
+    STEP_TIMEOUT,
     DiffResult,
     ProviderError,
     ReadResult,
@@ -47,6 +49,10 @@ _INPUTS = {"connection", "create", "update", "delete", "stdin", "triggers",
 _REPLACE_ON_CHANGES = {"triggers"}
 _CONNECTION_DEFAULTS = {"user": "root", "port": 22, "dialErrorLimit": 10, "perDialTimeout": 15}
 _OUTPUTS = ("stdout", "stderr")
+# The bound of a remote command whose resource sets no customTimeouts (the local engine's;
+# pulumi-command has none): two hours, above any step of this program (the longest it
+# sets is an hour, the image's transfer).
+DEFAULT_TIMEOUT_S = 7200.0
 
 
 def _with_defaults(conn: dict[str, Any]) -> dict[str, Any]:
@@ -136,11 +142,21 @@ class CommandProvider:
         env = _environment(name, inputs)
         sent = {**env, **_previous_outputs(inputs, previous)}
         stdin = wire.plain(inputs.get("stdin"))
-        # The custom timeout bounds only the dial (ConnectTimeout); a running command is
-        # not killed (pulumi-go-provider middleware/cancel).
-        result = self._transport(
-            target, _required(env) + command, stdin=stdin, timeout=None, env=sent
-        )
+        # pulumi-command gives a step's customTimeouts to the dial only (pulumi-go-provider
+        # middleware/cancel puts it on the context; session.Run does not read the context),
+        # so under the CLI a hung command hangs. Here the ssh call is bounded: by the step's
+        # customTimeouts, else by DEFAULT_TIMEOUT_S (a difference, docs/engine-rules.md).
+        bound = STEP_TIMEOUT.get() or DEFAULT_TIMEOUT_S
+        try:
+            result = self._transport(
+                target, _required(env) + command, stdin=stdin, timeout=bound, env=sent
+            )
+        except subprocess.TimeoutExpired:
+            source = "its customTimeouts" if STEP_TIMEOUT.get() else "the local engine's default"
+            raise ProviderError(
+                f"{name}: no answer from {target.host} within {bound:.0f}s ({source}); the ssh "
+                "call was ended, the command may still be running on the node"
+            ) from None
         if result.returncode != 0:
             tail = "\n".join(str(result.stderr).strip().splitlines()[-15:])
             raise ProviderError(

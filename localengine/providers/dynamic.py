@@ -44,7 +44,7 @@ from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 from localengine import children, wire
 from localengine.langhost import GRPC_OPTIONS
 from localengine.project import runtime_options
-from localengine.providers.base import DiffResult, ProviderError, ReadResult
+from localengine.providers.base import STEP_TIMEOUT, DiffResult, ProviderError, ReadResult
 
 TYPE = "pulumi-python:dynamic:Resource"
 PROVIDER_KEY = "__provider"
@@ -262,7 +262,10 @@ class DynamicProvider:
         if preview:
             return "", dict(inputs)
         try:
-            response = self._call("Create", provider_pb2.CreateRequest(properties=_struct(inputs)))
+            request = provider_pb2.CreateRequest(
+                properties=_struct(inputs), timeout=STEP_TIMEOUT.get()
+            )
+            response = self._call("Create", request)
         except ProviderError as e:  # the provider's own error, reported with the resource
             raise ProviderError(f"{name}: {e}") from None
         outs = _secret_like(inputs, _props(response.properties))
@@ -303,7 +306,12 @@ class DynamicProvider:
         try:
             response = self._call(
                 "Update",
-                provider_pb2.UpdateRequest(id=id_, olds=_struct(old_outputs), news=_struct(news)),
+                provider_pb2.UpdateRequest(
+                    id=id_,
+                    olds=_struct(old_outputs),
+                    news=_struct(news),
+                    timeout=STEP_TIMEOUT.get(),
+                ),
             )
         except ProviderError as e:
             raise ProviderError(f"{name}: {e}") from None
@@ -312,6 +320,9 @@ class DynamicProvider:
 
     def delete(self, typ: str, id_: str, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         try:
-            self._call("Delete", provider_pb2.DeleteRequest(id=id_, properties=_struct(outputs)))
+            request = provider_pb2.DeleteRequest(
+                id=id_, properties=_struct(outputs), timeout=STEP_TIMEOUT.get()
+            )
+            self._call("Delete", request)
         except ProviderError as e:
             raise ProviderError(f"{id_}: delete failed: {e}") from None

@@ -21,6 +21,10 @@ from typing import Any
 
 from sparkvllm.specs.ssh import SshOptions, SshTarget, known_hosts_line, proxy_command
 
+# Waits for end of input (the pipe closes when the process holding its write end ends),
+# then removes the directory it was given.
+_WATCH = 'cat >/dev/null; rm -rf -- "$1"'
+
 
 @dataclass
 class ConnectionFiles:
@@ -30,13 +34,33 @@ class ConnectionFiles:
     verified exactly when `hostKey` is set (as pulumi-command's Go client does).
 
     The directory is removed by `close()` (or leaving a `with` block): a key copy must not
-    outlive the calls that need it."""
+    outlive the calls that need it. Nor the process: a killed one (SIGKILL runs no cleanup)
+    is followed by its watch, a `sh` that holds the read end of a pipe only this process
+    can write to; when this process ends, however it ends, the pipe closes and the watch
+    removes the directory (`_WATCH`)."""
 
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="sparkvllm-ssh-")))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _watch: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # The write end stays here alone (pipes are not inherited: PEP 446); a session of
+        # its own, so a terminal's ^C does not end the watch before this process cleans up.
+        self._watch = subprocess.Popen(
+            ["/bin/sh", "-c", _WATCH, "sparkvllm-ssh-watch", str(self.directory)],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
+        watch, self._watch = self._watch, None
+        if watch is not None and watch.stdin is not None:
+            watch.stdin.close()
+            try:
+                watch.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                watch.kill()
 
     def __enter__(self) -> ConnectionFiles:
         return self

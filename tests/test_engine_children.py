@@ -394,3 +394,38 @@ def test_ssh_sends_a_variable_by_a_plain_name_only() -> None:
     for bad in ("A*", "-A", "A B", "Ä", ""):
         with pytest.raises(ValueError, match="not an environment variable name"):
             target.argv("true", send_env=[bad])
+
+
+def test_key_copies_go_when_their_process_ends_even_killed(tmp_path: Path) -> None:
+    """ConnectionFiles' folder of key copies goes with a `close()`, and with the process
+    that made it when that process is killed (its watch sees the pipe close)."""
+    from sparkvllm.remote import ConnectionFiles
+
+    with ConnectionFiles() as files:
+        files.target({"host": "127.0.0.1", "privateKey": "KEY-TEXT"})
+        folder = files.directory
+        assert [p.read_text() for p in folder.iterdir()] == ["KEY-TEXT\n"]
+        watch = files._watch
+    assert not folder.exists() and watch is not None and watch.returncode is not None
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(
+            """
+            import time
+            from sparkvllm.remote import ConnectionFiles
+            files = ConnectionFiles()
+            files.target({"host": "127.0.0.1", "privateKey": "KEY-TEXT"})
+            print(files.directory, flush=True)
+            time.sleep(600)
+            """
+        )],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    folder = Path(holder.stdout.readline().strip())
+    assert (folder / next(iter(os.listdir(folder)))).read_text() == "KEY-TEXT\n"
+    holder.kill()
+    holder.wait()
+    deadline = time.monotonic() + 10
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not folder.exists(), "the key copy outlived its killed process"

@@ -120,26 +120,30 @@ def duration_seconds(text: str) -> float:
     return total
 
 
-def _sealed(value: Any, crypter: PassphraseCrypter) -> Any:
-    """A property value with each secret as the CLI writes it (SecretV1, ciphertext)."""
-    if wire.is_secret(value):
+def _sealed(value: Any, crypter: PassphraseCrypter, echoes: wire.SecretFilter) -> Any:
+    """A property value with each secret as the CLI writes it (SecretV1, ciphertext); a
+    plain string that holds a secret's text is written as a secret too (the local state
+    seals it at rest: state.py ECHO_SIG; the CLI's state has no other way to)."""
+    if wire.is_secret(value) or (isinstance(value, str) and echoes.found(value)):
         text = json.dumps(wire.plain(value), separators=(",", ":"))
         return {wire.SIG_KEY: wire.SECRET_SIG, "ciphertext": crypter.encrypt(text)}
     if isinstance(value, dict):
-        return {k: _sealed(v, crypter) for k, v in value.items()}
+        return {k: _sealed(v, crypter, echoes) for k, v in value.items()}
     if isinstance(value, list):
-        return [_sealed(v, crypter) for v in value]
+        return [_sealed(v, crypter, echoes) for v in value]
     return value
 
 
-def resource_v3(res: ResourceState, crypter: PassphraseCrypter) -> dict[str, Any]:
+def resource_v3(
+    res: ResourceState, crypter: PassphraseCrypter, echoes: wire.SecretFilter
+) -> dict[str, Any]:
     """ResourceV3: the fields the engine keeps, empty ones left out (omitempty)."""
     out: dict[str, Any] = {"urn": res.urn, "custom": res.custom, "type": res.type}
     optional: dict[str, Any] = {
         "delete": res.delete,
         "id": res.id,
-        "inputs": _sealed(res.inputs, crypter),
-        "outputs": _sealed(res.outputs, crypter),
+        "inputs": _sealed(res.inputs, crypter, echoes),
+        "outputs": _sealed(res.outputs, crypter, echoes),
         "parent": res.parent,
         "dependencies": res.dependencies,
         "initErrors": res.initErrors,
@@ -166,8 +170,12 @@ def untyped_deployment(
     """The stack as `pulumi stack export` writes it; its pending operations go along
     (OperationV2), and `pulumi stack import` drops them with a warning each."""
     crypter = PassphraseCrypter.new(passphrase)
+    echoes = wire.SecretFilter()
+    everything = [*resources, *(op.resource for op in pending or [])]
+    echoes.add([[r.inputs, r.outputs] for r in everything])
     operations = [
-        {"resource": resource_v3(op.resource, crypter), "type": op.type} for op in pending or []
+        {"resource": resource_v3(op.resource, crypter, echoes), "type": op.type}
+        for op in pending or []
     ]
     version = f"{MANIFEST_VERSION} (spark-vllm)"
     return {
@@ -179,7 +187,7 @@ def untyped_deployment(
                 "version": version,
             },
             "secrets_providers": {"type": "passphrase", "state": {"salt": crypter.state()}},
-            "resources": [resource_v3(r, crypter) for r in resources],
+            "resources": [resource_v3(r, crypter, echoes) for r in resources],
             **({"pending_operations": operations} if operations else {}),
         },
     }

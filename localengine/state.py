@@ -75,6 +75,12 @@ class ResourceState:
 
 _FIELDS = {f.name for f in fields(ResourceState)}
 
+# A plain value that holds a secret's text (a command's stdout that echoes its secret
+# stdin, say) is sealed in the file as a secret is, under this mark, and opened back to the
+# plain value it was: the program sees what the provider returned (pulumi-command marks
+# stdout secret only through additionalSecretOutputs), the file holds no secret in clear.
+ECHO_SIG = "localengine:echoes-a-secret"
+
 # apitype.OperationType: what a step was doing when its run ended before the step did.
 CREATING, UPDATING, DELETING = "creating", "updating", "deleting"
 
@@ -175,19 +181,23 @@ class StateFile:
             self._fernet = Fernet(key)
         return self._fernet
 
-    def _seal(self, value: Any) -> Any:
+    def _seal(self, value: Any, echoes: wire.SecretFilter) -> Any:
         if wire.is_secret(value):
             text = json.dumps(wire.plain(value))
             token = self._cipher().encrypt(text.encode()).decode()
             return {wire.SIG_KEY: wire.SECRET_SIG, "ciphertext": token}
+        if isinstance(value, str) and echoes.found(value):
+            token = self._cipher().encrypt(value.encode()).decode()
+            return {wire.SIG_KEY: ECHO_SIG, "ciphertext": token}
         if isinstance(value, dict):
-            return {k: self._seal(v) for k, v in value.items()}
+            return {k: self._seal(v, echoes) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._seal(v) for v in value]
+            return [self._seal(v, echoes) for v in value]
         return value
 
     def _open(self, value: Any) -> Any:
-        if isinstance(value, dict) and value.get(wire.SIG_KEY) == wire.SECRET_SIG:
+        sig = value.get(wire.SIG_KEY) if isinstance(value, dict) else None
+        if sig in (wire.SECRET_SIG, ECHO_SIG):
             try:
                 text = self._cipher().decrypt(str(value["ciphertext"]).encode())
             except InvalidToken:
@@ -196,7 +206,7 @@ class StateFile:
                     "set PULUMI_CONFIG_PASSPHRASE to the passphrase it was written with "
                     "(or restore its key file)",
                 ) from None
-            return wire.secret(json.loads(text))
+            return text.decode() if sig == ECHO_SIG else wire.secret(json.loads(text))
         if isinstance(value, dict):
             return {k: self._open(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -294,10 +304,10 @@ class StateFile:
         # Fields the engine does not use (other ResourceV3 fields) are not carried.
         return ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS})
 
-    def _sealed_record(self, r: ResourceState) -> dict[str, Any]:
+    def _sealed_record(self, r: ResourceState, echoes: wire.SecretFilter) -> dict[str, Any]:
         d = asdict(r)
-        d["inputs"] = self._seal(r.inputs)
-        d["outputs"] = self._seal(r.outputs)
+        d["inputs"] = self._seal(r.inputs, echoes)
+        d["outputs"] = self._seal(r.outputs, echoes)
         return d
 
     def save(
@@ -306,9 +316,12 @@ class StateFile:
         """Write the checkpoint: `resources` and the `pending` operations (DeploymentV3
         `pending_operations`)."""
         with self._lock:
-            records = [self._sealed_record(r) for r in resources]
+            echoes = wire.SecretFilter()  # every secret text in what is written
+            everything = [*resources, *(op.resource for op in pending or [])]
+            echoes.add([[r.inputs, r.outputs] for r in everything])
+            records = [self._sealed_record(r, echoes) for r in resources]
             operations = [
-                {"resource": self._sealed_record(op.resource), "type": op.type}
+                {"resource": self._sealed_record(op.resource, echoes), "type": op.type}
                 for op in pending or []
             ]
             provider: dict[str, Any] = {

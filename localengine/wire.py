@@ -177,3 +177,8 @@ class SecretFilter:
     def __call__(self, line: str) -> str:
         pattern = self._pattern
         return pattern.sub("[secret]", line) if pattern is not None else line
+
+    def found(self, text: str) -> bool:
+        """Whether `text` holds a known secret."""
+        pattern = self._pattern
+        return pattern is not None and pattern.search(text) is not None

@@ -423,6 +423,31 @@ def test_the_secret_filter_follows_the_clis_rules() -> None:
     assert shown("ssh root@10.0.0.5 -i KEY-LINE-1") == "ssh root@10.0.0.5 -i [secret]"
 
 
+def test_a_plain_output_that_echoes_a_secret_is_sealed_at_rest_and_stays_plain(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`a` prints the connection's key (its stdout is not secret: pulumi-command marks it
+    only through additionalSecretOutputs) and `b`'s command is built from it: neither is in
+    the file in clear, both come back as the plain values they were, and an export seals
+    them as secrets."""
+    from localengine.export import untyped_deployment
+    from localengine.state import StateFile
+
+    project.config(a="echo TEST-KEY-9f1")
+    assert not project.run().error
+    path = project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json"
+    assert (
+        "TEST-KEY-9f1" not in path.read_text() and "localengine:echoes-a-secret" in path.read_text()
+    )
+    loaded = {r.name: r for r in StateFile(project.dir, "test").load()}
+    assert loaded["a"].outputs["stdout"] == "TEST-KEY-9f1"
+    assert loaded["b"].inputs["create"] == "echo b-TEST-KEY-9f1"
+    again = project.run()
+    assert not again.error and all(s.op == "same" for s in again.steps)
+    exported = json.dumps(untyped_deployment(list(loaded.values()), "pw"))
+    assert "TEST-KEY-9f1" not in exported
+
+
 def test_secrets_are_encrypted_in_the_state_file(project: Project) -> None:
     project.run()
     text = (project.dir / ".localengine" / "stacks" / "spark-vllm" / "test.json").read_text()

@@ -28,17 +28,18 @@ by the next run that writes the state, as the CLI drops them.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localengine import wire
-from localengine.export import duration_seconds
+from localengine.export import ExportError, duration_seconds
 from localengine.providers import docker
 from localengine.providers.base import (
     STEP_TIMEOUT,
@@ -169,7 +170,9 @@ class Deployment:
     # --- bookkeeping ----------------------------------------------------------------
 
     def _save(self) -> None:
-        if not self.preview:
+        # Never in preview; never after a second ^C: the steps then cut short stay pending
+        # (their calls fail as the hosts are stopped, and must not clear their records).
+        if not self.preview and not self.terminated:
             pending = [*self.carried, *self._ops.values()]
             self.state_file.save(list(self.current.values()), pending)
 
@@ -182,6 +185,19 @@ class Deployment:
             self._ops[id(op)] = op
             self._save()
         return op
+
+    @contextlib.contextmanager
+    def _slot(self, kind: str, res: ResourceState) -> Iterator[PendingOperation | None]:
+        """One of the `parallel` workers (step_executor.go), then the step written as a
+        pending `kind` (only a step that runs is pending); a failure ends it. A partial
+        create is recorded by the caller with `done=` the operation."""
+        with self._workers:
+            op = self._begin_op(kind, res)
+            try:
+                yield op
+            except BaseException:
+                self._end_op(op)
+                raise
 
     def _end_op(self, op: PendingOperation | None) -> None:
         """The call failed: the operation is over and nothing is recorded for it."""
@@ -379,6 +395,10 @@ class Deployment:
                 res = op.resource
                 if res.urn in imports:
                     unmatched.discard(res.urn)
+                    live = self.current.pop(res.urn, None)
+                    if live is not None:  # a replacement's create was cut short: the old
+                        doomed = replace(live, delete=True)  # one is deleted by the next up
+                        self.current[_key(doomed)] = doomed
                     outputs = res.outputs or dict(res.inputs)
                     self.current[_key(res)] = replace(res, id=imports[res.urn], outputs=outputs)
                     self.log(f"  pending create of {res.name}: recorded as {imports[res.urn]}")
@@ -386,9 +406,11 @@ class Deployment:
                     self.log(f"  pending create of {res.name}: cleared")
                 else:
                     kept.append(op)
+            changed = len(kept) != len(self.carried) or len(self.earlier_pending) != len(kept)
             self.carried = kept
-            self._order()
-            self._save()
+            if changed:  # the earlier updates and deletes are dropped too
+                self._order()
+                self._save()
         return sorted(unmatched)
 
     def close(self) -> None:
@@ -497,6 +519,11 @@ class Deployment:
         """Decide and carry out the step for one custom resource; returns (urn, id, outputs).
         `delete_before_replace` None: the option is not set (the provider decides)."""
         urn = make_urn(self.stack, self.project, parent, typ, name)
+        for key, text in custom_timeouts.items():  # resmon: time.ParseDuration
+            try:
+                duration_seconds(str(text))
+            except ExportError as e:
+                raise EngineError(f"{name}: customTimeouts.{key}: {e}") from None
         self.secrets.add(inputs)
         self._begin(name)
         started = time.monotonic()
@@ -613,15 +640,11 @@ class Deployment:
             return res
         if op == "update":
             assert old is not None
-            pending = self._begin_op(UPDATING, replace(new, id=old.id, outputs=old.outputs))
-            try:
+            with self._slot(UPDATING, replace(new, id=old.id, outputs=old.outputs)) as pending:
                 outputs = self._call("update", new, lambda: provider.update(
                     new.type, new.name, old.id, old.outputs, new.inputs, self.preview))  # fmt: skip
-            except BaseException:
-                self._end_op(pending)
-                raise
-            res = replace(new, id=old.id, outputs=outputs)
-            self._put(res, replacing=replacing, done=pending)
+                res = replace(new, id=old.id, outputs=outputs)
+                self._put(res, replacing=replacing, done=pending)
             return res
         if op == "replace" and old is not None and dbr:
             for dependent in self._dependents_to_replace(old):
@@ -629,43 +652,49 @@ class Deployment:
                 self.recreating.add(dependent.urn)
             self._delete(old, logical=False)
             replacing = None
-        res = self._create(new, provider, replacing)
-        if op == "replace" and old is not None and not dbr and not self.preview:
-            # CreateStep.Apply: only after the create succeeded is the old one condemned.
-            with self._lock:
-                self.current[_key(replace(old, delete=True))] = replace(old, delete=True)
-                self._order()
-                self._save()
-        return res
+        # CreateStep.Apply: once the create returned (a partial failure too), the old one
+        # is condemned, in the same write that records the new one.
+        condemned = old if op == "replace" and old is not None and not dbr else None
+        return self._create(new, provider, replacing, condemned)
 
     def _create(
-        self, new: ResourceState, provider: Provider, replacing: str | None
-    ) -> ResourceState:
-        pending = self._begin_op(CREATING, new)
-        try:
-            id_, outputs = self._call("create", new, lambda: provider.create(
-                new.type, new.name, new.inputs, self.preview))  # fmt: skip
-        except PartialCreate as partial:
-            # A create that failed after the resource came to exist is recorded with its
-            # initErrors (the next `up` updates it), then the step fails.
-            self._put(replace(new, id=partial.id, outputs=partial.outputs,
-                              initErrors=[str(partial)]), replacing=replacing,
-                      done=pending)  # fmt: skip
-            raise EngineError(f"{new.name}: create failed: {partial}") from None
-        except BaseException:
-            self._end_op(pending)
-            raise
-        res = replace(new, id=id_, outputs=outputs, initErrors=[])
+        self, new: ResourceState, provider: Provider, replacing: str | None,
+        condemned: ResourceState | None,
+    ) -> ResourceState:  # fmt: skip
+        with self._slot(CREATING, new) as pending:
+            try:
+                id_, outputs = self._call("create", new, lambda: provider.create(
+                    new.type, new.name, new.inputs, self.preview))  # fmt: skip
+                res = replace(new, id=id_, outputs=outputs, initErrors=[])
+            except PartialCreate as partial:
+                # A create that failed after the resource came to exist is recorded with
+                # its initErrors (the next `up` updates it), then the step fails.
+                res = replace(new, id=partial.id, outputs=partial.outputs,
+                              initErrors=[str(partial)])  # fmt: skip
+                self._record_create(res, replacing, condemned, pending)
+                raise EngineError(f"{new.name}: create failed: {partial}") from None
+            self._record_create(res, replacing, condemned, pending)
+        return res
+
+    def _record_create(
+        self, res: ResourceState, replacing: str | None, condemned: ResourceState | None,
+        pending: PendingOperation | None,
+    ) -> None:  # fmt: skip
+        """One write: the new record in place of the live one (or of its aliased URN), the
+        old one condemned beside it (a create-before-delete replacement; not in preview),
+        the pending create ended."""
         with self._lock:
             if pending is not None:
                 self._ops.pop(id(pending), None)
             if replacing is not None:
                 self.current.pop(replacing, None)
-            self.current.pop(new.urn, None)  # the live record gives way to the new one
+            self.current.pop(res.urn, None)  # the live record gives way to the new one
+            if condemned is not None and not self.preview:
+                doomed = replace(condemned, delete=True)
+                self.current[_key(doomed)] = doomed
             self.current[_key(res)] = res
             self._order()
             self._save()
-        return res
 
     def _call(self, what: str, res: ResourceState, fn: Callable[[], Any]) -> Any:
         if not self.preview:
@@ -674,8 +703,7 @@ class Deployment:
         # The step's customTimeouts go with the call (step.go: the request's `timeout`).
         token = STEP_TIMEOUT.set(duration_seconds(str(res.customTimeouts.get(what) or "")))
         try:
-            with self._workers:
-                return fn()
+            return fn()
         except PartialCreate:
             raise
         except ProviderError as e:
@@ -714,31 +742,29 @@ class Deployment:
         """DeleteStep.Apply: a provider call for custom resources (none in preview);
         components and providers are only removed from the state."""
         started = time.monotonic()
-        pending = None
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
-            pending = self._begin_op(DELETING, res)
-            try:
-                self._call(
-                    "delete", res,
-                    lambda: provider.delete(res.type, res.id, res.inputs, res.outputs),
-                )  # fmt: skip
-            except EngineError as e:
-                self._end_op(pending)
-                raise EngineError(
-                    f"{e}; fix: if it is already gone from the node, forget it with "
-                    f"`python -m localengine state delete --stack {self.stack} '{res.urn}'`"
-                ) from None
-            except BaseException:
-                self._end_op(pending)
-                raise
+            with self._slot(DELETING, res) as pending:
+                try:
+                    self._call(
+                        "delete", res,
+                        lambda: provider.delete(res.type, res.id, res.inputs, res.outputs),
+                    )  # fmt: skip
+                except EngineError as e:
+                    raise EngineError(
+                        f"{e}; fix: if it is already gone from the node, forget it with "
+                        f"`python -m localengine state delete --stack {self.stack} "
+                        f"'{res.urn}'`"
+                    ) from None
+                self._drop(_key(res), done=pending)
+        else:
+            self._drop(_key(res))
         internal = _is_default_provider(res.urn)
         if logical and not internal:
             self._step(Step(res.urn, "delete", seconds=time.monotonic() - started))
         if not internal:
             what = "" if logical else " (replaced)"
             self.log(f"{'(preview) ' if self.preview else ''}delete {res.name}{what}")
-        self._drop(_key(res), done=pending)
 
     # --- after the program ----------------------------------------------------------
 

@@ -238,7 +238,8 @@ def _record(raw: Any, crypter: PassphraseCrypter | None) -> ResourceState:
         replaceOnChanges=list(raw.get("replaceOnChanges") or []),
         additionalSecretOutputs=list(raw.get("additionalSecretOutputs") or []),
         aliases=list(raw.get("aliases") or []), delete=bool(raw.get("delete")),
-        customTimeouts={k: f"{v}s" for k, v in timeouts.items() if v},
+        customTimeouts={k: f"{float(v):.9f}".rstrip("0").rstrip(".") + "s"
+                        for k, v in timeouts.items() if v},
     )  # fmt: skip
 
 
@@ -256,7 +257,10 @@ def deployment_resources(
     providers = deployment.get("secrets_providers") or {}
     crypter = None
     if providers.get("type") == "passphrase" and passphrase is not None:
-        crypter = PassphraseCrypter.from_state(passphrase, str(providers["state"]["salt"]))
+        salt = (providers.get("state") or {}).get("salt")
+        if not salt:
+            raise ExportError("its passphrase secrets provider has no salt")
+        crypter = PassphraseCrypter.from_state(passphrase, str(salt))
     elif providers and providers.get("type") != "passphrase":
         raise ExportError(f"secrets provider {providers.get('type')!r}; this reads passphrase")
     resources = [_record(raw, crypter) for raw in deployment.get("resources") or []]

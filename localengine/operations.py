@@ -214,6 +214,8 @@ def run(
             return refused(f"nothing was done: {interrupted_creates(earlier, stack)}")
         if operation != "refresh" and (warning := interrupted_warning(earlier)):
             log(warning)
+        if preview and any(op.type == CREATING for op in earlier):
+            log(f"warning: {interrupted_creates(earlier, stack)}")
         do_refresh = refresh if refresh is not None else refresh_default(project_dir)
         error = ""
         with _interruptible(deployment):

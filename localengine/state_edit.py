@@ -29,10 +29,14 @@ def _dependents(resources: list[ResourceState], urns: set[str]) -> list[Resource
     """Every resource depending on one of `urns`, directly or through others."""
     found: list[ResourceState] = []
     condemned = set(urns)
-    for res in resources:  # state order: dependents after what they depend on
-        if res.urn not in condemned and res.all_dependencies() & condemned:
-            condemned.add(res.urn)
-            found.append(res)
+    grew = True
+    while grew:  # until nothing more is found (a state in any order)
+        grew = False
+        for res in resources:
+            if res.urn not in condemned and res.all_dependencies() & condemned:
+                condemned.add(res.urn)
+                found.append(res)
+                grew = True
     return found
 
 

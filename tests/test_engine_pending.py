@@ -213,3 +213,96 @@ def test_import_takes_an_export_back_and_refuses_another_stacks(
     exported.write_text(json.dumps(other))
     code, said = _main(project, "import", "--file", str(exported), capsys=capsys)
     assert code == 1 and "is not of stack 'test'" in said and "nothing was imported" in said
+
+
+def test_only_a_step_that_runs_is_pending(project: Project) -> None:
+    """With one worker, the steps waiting for it are not pending (the CLI marks a step
+    pending when the step executor runs it)."""
+    from localengine.operations import run
+
+    seen: dict[str, list[tuple[str, str]]] = {}
+    original = project.factory
+
+    def peeking(pkg: str, inputs: dict[str, Any]) -> Any:
+        return Peeking(project, seen) if pkg == "command" else original(pkg, inputs)
+
+    assert not run("up", "test", project.dir, provider_factory=peeking, log=lambda _m: None,
+                   parallel=1).error  # fmt: skip
+    assert all(len(ops) == 1 for ops in seen.values()), seen
+
+
+class PartialOnce(FakeCommand):
+    """The create of `a`'s new copy fails after the object came to exist."""
+
+    def _run(self, name: str, inputs: dict[str, Any], command: str, previous: Any) -> Any:
+        if command == "echo a2":
+            from localengine.providers.base import PartialCreate
+
+            raise PartialCreate("a: half made", "a-new", {**inputs, "stdout": "a2"})
+        return super()._run(name, inputs, command, previous)
+
+
+def test_a_replaced_resource_is_condemned_in_the_same_write_as_its_new_copy(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CreateStep.Apply: once the create returned, a partial failure too, the old copy is
+    condemned; and no write of the state ever lacks the old object until its delete."""
+    from localengine.state import StateFile
+
+    assert not project.run().error
+    old_id = next(r["id"] for r in project.state()["resources"] if r["urn"] == A)
+    writes: list[list[tuple[str, str, bool]]] = []
+    save = StateFile.save
+
+    def spying(self: StateFile, resources: Any, pending: Any = None) -> None:
+        writes.append([(r.urn, r.id, r.delete) for r in resources])
+        save(self, resources, pending)
+
+    monkeypatch.setattr(StateFile, "save", spying)
+    original = project.factory
+    project.factory = lambda pkg, inputs: (  # type: ignore[method-assign]
+        PartialOnce(project.node) if pkg == "command" else original(pkg, inputs)
+    )
+    project.config(a="echo a2", trigger="2")
+    failed = project.run()
+    assert "a: create failed: a: half made" in failed.error
+    records = [(r["urn"], r["id"], r.get("delete", False)) for r in project.state()["resources"]]
+    assert (A, "a-new", False) in records and (A, old_id, True) in records
+    assert all(any(u == A and i == old_id for u, i, _d in w) for w in writes), "never lost"
+    project.factory = original  # type: ignore[method-assign]
+    healed = project.run()
+    assert not healed.error
+    assert "run echo undo-a" in project.node.calls, "the old copy is deleted"
+    records = [(r["urn"], r.get("delete", False)) for r in project.state()["resources"]]
+    assert (A, True) not in records
+
+
+def test_an_imported_pending_create_condemns_the_live_record_it_replaces(project: Project) -> None:
+    assert not project.run().error
+    old_id = next(r["id"] for r in project.state()["resources"] if r["urn"] == A)
+    project.config(a="echo a2", trigger="2")  # a replacement, create first
+    _killed_during(project, "echo a2")
+    assert not project.run("refresh", import_pending_creates={A: "a-new"}).error
+    records = [(r["urn"], r["id"], r.get("delete", False)) for r in project.state()["resources"]]
+    assert (A, "a-new", False) in records and (A, old_id, True) in records
+    assert not project.run().error
+    assert "run echo undo-a" in project.node.calls
+
+
+def test_a_custom_timeout_that_is_not_a_duration_is_refused_at_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from localengine.operations import run
+    from tests.conftest import project_yaml
+
+    monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
+    (tmp_path / "Pulumi.yaml").write_text(project_yaml("timeouts"))
+    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
+    (tmp_path / "__main__.py").write_text(
+        "import pulumi\nimport pulumi_command as command\n"
+        "command.remote.Command('c', connection=command.remote.ConnectionArgs(host='h'),\n"
+        "    create='true', opts=pulumi.ResourceOptions(\n"
+        "        custom_timeouts=pulumi.CustomTimeouts(create='ten minutes')))\n"
+    )
+    result = run("up", "test", tmp_path, log=lambda _m: None)
+    assert "c: customTimeouts.create: invalid duration 'ten minutes'" in result.error

@@ -1019,6 +1019,13 @@ def test_a_second_ctrl_c_terminates_and_stops_the_provider_host(tmp_path: Path) 
     while os.path.exists(f"/proc/{host}") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{host}"), "the provider host was stopped"
+    # The create cut short stays pending (its call failed as the host stopped, and that
+    # failure must not clear it): the next run asks whether `a` exists.
+    state = json.loads((tmp_path / ".localengine/stacks/slow/test.json").read_text())
+    pending = state["checkpoint"]["latest"].get("pending_operations") or []
+    assert [(op["type"], op["resource"]["urn"].rsplit("::", 1)[-1]) for op in pending] == [
+        ("creating", "a")
+    ]
 
 
 READS_PROGRAM = textwrap.dedent(

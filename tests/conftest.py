@@ -42,6 +42,15 @@ def project_yaml(name: str, extra: str = "") -> str:
     )
 
 
+def write_project(folder: Path, name: str, program: str, config: str = "config: {}\n") -> Path:
+    """A project of a test's own in `folder`: Pulumi.yaml, Pulumi.test.yaml, the program."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "Pulumi.yaml").write_text(project_yaml(name))
+    (folder / "Pulumi.test.yaml").write_text(config)
+    (folder / "__main__.py").write_text(program)
+    return folder
+
+
 def stack_file(stack: str) -> dict[str, Any]:
     """The `spark-vllm:` keys of Pulumi.<stack>.yaml, namespace stripped."""
     return stack_file_raw(stack, ROOT)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -273,8 +274,8 @@ def test_a_replaced_resource_is_condemned_in_the_same_write_as_its_new_copy(
     healed = project.run()
     assert not healed.error
     assert "run echo undo-a" in project.node.calls, "the old copy is deleted"
-    records = [(r["urn"], r.get("delete", False)) for r in project.state()["resources"]]
-    assert (A, True) not in records
+    condemned = [r["urn"] for r in project.state()["resources"] if r.get("delete")]
+    assert condemned == []
 
 
 def test_an_imported_pending_create_condemns_the_live_record_it_replaces(project: Project) -> None:
@@ -293,16 +294,18 @@ def test_a_custom_timeout_that_is_not_a_duration_is_refused_at_registration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from localengine.operations import run
-    from tests.conftest import project_yaml
+    from tests.conftest import write_project
 
     monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
-    (tmp_path / "Pulumi.yaml").write_text(project_yaml("timeouts"))
-    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
-    (tmp_path / "__main__.py").write_text(
-        "import pulumi\nimport pulumi_command as command\n"
-        "command.remote.Command('c', connection=command.remote.ConnectionArgs(host='h'),\n"
-        "    create='true', opts=pulumi.ResourceOptions(\n"
-        "        custom_timeouts=pulumi.CustomTimeouts(create='ten minutes')))\n"
-    )
+    write_project(tmp_path, "timeouts", textwrap.dedent(
+        """
+        import pulumi
+        import pulumi_command as command
+
+        timeouts = pulumi.CustomTimeouts(create="ten minutes")
+        command.remote.Command("c", connection=command.remote.ConnectionArgs(host="h"),
+                               create="true", opts=pulumi.ResourceOptions(custom_timeouts=timeouts))
+        """
+    ))  # fmt: skip
     result = run("up", "test", tmp_path, log=lambda _m: None)
     assert "c: customTimeouts.create: invalid duration 'ten minutes'" in result.error

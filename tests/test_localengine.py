@@ -23,7 +23,7 @@ from localengine.operations import Result, run
 from localengine.providers.base import Provider, ProviderError
 from localengine.providers.command import CommandProvider
 from localengine.providers.docker import DockerProvider, _target
-from tests.conftest import project_yaml
+from tests.conftest import project_yaml, write_project
 
 PROGRAM = textwrap.dedent(
     """
@@ -664,11 +664,7 @@ def test_a_provider_the_host_cannot_import_fails_in_one_line_naming_the_fix(
         "    def create(self, props):\n"
         "        return CreateResult('hello-1', {})\n"
     )
-    project_dir = tmp_path / "project"
-    project_dir.mkdir()
-    (project_dir / "Pulumi.yaml").write_text(project_yaml("far"))
-    (project_dir / "Pulumi.test.yaml").write_text("config: {}\n")
-    (project_dir / "__main__.py").write_text(
+    project_dir = write_project(tmp_path / "project", "far", (
         "import sys\n"
         f"sys.path.insert(0, {str(elsewhere)!r})\n"
         "from pulumi.dynamic import Resource\n"
@@ -676,7 +672,7 @@ def test_a_provider_the_host_cannot_import_fails_in_one_line_naming_the_fix(
         "class Greeting(Resource):\n"
         "    pass\n"
         "Greeting(Hello(), 'hello', {})\n"
-    )
+    ))  # fmt: skip
     result = run("up", "test", project_dir, log=lambda _m: None)
     assert "cannot be loaded in the provider host" in result.error
     assert "No module named 'far_away'" in result.error and "pip install" in result.error
@@ -728,9 +724,7 @@ def test_a_remote_command_is_bounded_by_its_custom_timeouts_else_by_the_engines_
     from localengine.providers import command as command_model
 
     monkeypatch.delenv("LOCALENGINE_BACKEND_URL", raising=False)
-    (tmp_path / "Pulumi.yaml").write_text(project_yaml("bounded"))
-    (tmp_path / "Pulumi.test.yaml").write_text("config: {}\n")
-    (tmp_path / "__main__.py").write_text(textwrap.dedent(
+    write_project(tmp_path, "bounded", textwrap.dedent(
         """
         import pulumi
         import pulumi_command as command

@@ -406,9 +406,10 @@ class Deployment:
                     self.log(f"  pending create of {res.name}: cleared")
                 else:
                     kept.append(op)
-            changed = len(kept) != len(self.carried) or len(self.earlier_pending) != len(kept)
+            # Anything settled, or earlier updates and deletes to drop (earlier >= kept).
+            changed = len(self.earlier_pending) != len(kept)
             self.carried = kept
-            if changed:  # the earlier updates and deletes are dropped too
+            if changed:
                 self._order()
                 self._save()
         return sorted(unmatched)

@@ -40,7 +40,12 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from localengine import wire
-from localengine.state import MANIFEST_VERSION, PendingOperation, ResourceState
+from localengine.state import (
+    MANIFEST_VERSION,
+    PendingOperation,
+    ResourceState,
+    secret_texts_of,
+)
 
 PBKDF2_ITERATIONS = 1_000_000
 _CHECK = "pulumi"
@@ -170,9 +175,7 @@ def untyped_deployment(
     """The stack as `pulumi stack export` writes it; its pending operations go along
     (OperationV2), and `pulumi stack import` drops them with a warning each."""
     crypter = PassphraseCrypter.new(passphrase)
-    echoes = wire.SecretFilter()
-    everything = [*resources, *(op.resource for op in pending or [])]
-    echoes.add([[r.inputs, r.outputs] for r in everything])
+    echoes = secret_texts_of(resources, pending)
     operations = [
         {"resource": resource_v3(op.resource, crypter, echoes), "type": op.type}
         for op in pending or []

@@ -121,6 +121,17 @@ def _earlier_location(project_dir: Path, project: str) -> Path:
     return (base or project_dir) / ".pulumi" / "stacks" / project
 
 
+def secret_texts_of(
+    resources: list[ResourceState], pending: list[PendingOperation] | None
+) -> wire.SecretFilter:
+    """Every secret text held by these records (inputs and outputs), as a filter: what a
+    state or an export must not hold in clear."""
+    found = wire.SecretFilter()
+    everything = [*resources, *(op.resource for op in pending or [])]
+    found.add([[r.inputs, r.outputs] for r in everything])
+    return found
+
+
 class StateError(Exception):
     """The stack's state file cannot be used; the message names the file and the fix."""
 
@@ -316,9 +327,7 @@ class StateFile:
         """Write the checkpoint: `resources` and the `pending` operations (DeploymentV3
         `pending_operations`)."""
         with self._lock:
-            echoes = wire.SecretFilter()  # every secret text in what is written
-            everything = [*resources, *(op.resource for op in pending or [])]
-            echoes.add([[r.inputs, r.outputs] for r in everything])
+            echoes = secret_texts_of(resources, pending)
             records = [self._sealed_record(r, echoes) for r in resources]
             operations = [
                 {"resource": self._sealed_record(op.resource, echoes), "type": op.type}

@@ -387,6 +387,18 @@ def test_previous_outputs_the_nodes_sshd_drops_do_not_fail_the_command(
     assert "SendEnv=PULUMI_COMMAND_STDOUT" in _calls(stub_ssh)[1]["argv"]
 
 
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PATH", "SSH_AUTH_SOCK", "GCONV_PATH"])
+def test_an_environment_name_the_workstations_ssh_reads_is_refused(
+    stub_ssh: Path, name: str
+) -> None:
+    """The value would reach the workstation's own ssh first (LD_PRELOAD loads code into
+    it): refused before anything runs, naming the fix."""
+    provider, inputs = _command(create="echo ran", environment={name: "/tmp/x"})
+    with pytest.raises(ProviderError, match=f"environment name '{name}' is not sent"):
+        provider.create(TYPE, "c", inputs, preview=False)
+    assert not stub_ssh.exists(), "no ssh was started"
+
+
 def test_ssh_sends_a_variable_by_a_plain_name_only() -> None:
     """SendEnv takes patterns and `-NAME` removals (ssh_config(5)): only plain names."""
     target = SshTarget("root", "10.0.0.7", 22, SshOptions())

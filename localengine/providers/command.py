@@ -175,13 +175,33 @@ class CommandProvider:
         self._files.close()
 
 
+# Names the workstation's own ssh, its ProxyCommand or the dynamic loader read from their
+# environment: sent this way they would act on the WORKSTATION first (LD_PRELOAD loads code
+# into ssh, PATH picks the ProxyCommand). pulumi-command's Go client keeps its own
+# environment apart, so it has no such names; here they are refused. The loader's list is
+# glibc's unsecure variables (sysdeps/generic/unsecvars.h).
+_WORKSTATION_NAMES = {
+    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "IFS", "TMPDIR", "GCONV_PATH", "GETCONF_DIR",
+    "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "MALLOC_TRACE", "NIS_PATH",
+    "NLSPATH", "RESOLV_HOST_CONF", "RES_OPTIONS", "TZDIR", "DISPLAY", "XAUTHORITY",
+}  # fmt: skip
+_WORKSTATION_PREFIXES = ("LD_", "SSH_", "MALLOC_")
+
+
 def _environment(name: str, inputs: dict[str, Any]) -> dict[str, str]:
     """`environment`, plain; each name a shell variable name (it is sent by name, and
-    checked by name on the node: `_required`)."""
+    checked by name on the node: `_required`), and none the workstation's ssh reads."""
     env = {str(k): str(v) for k, v in (wire.plain(inputs.get("environment")) or {}).items()}
     bad = [k for k in env if not (k.isascii() and k.isidentifier())]
     if bad:
         raise ProviderError(f"{name}: environment name {bad[0]!r} is not a variable name")
+    local = [k for k in env if k in _WORKSTATION_NAMES or k.startswith(_WORKSTATION_PREFIXES)]
+    if local:
+        raise ProviderError(
+            f"{name}: environment name {local[0]!r} is not sent by the local engine: the "
+            "workstation's own ssh would read it first; fix: set it in the command itself "
+            f"(`{local[0]}=... command`), or run this stack with the Pulumi CLI"
+        )
     return env
 
 

@@ -176,47 +176,43 @@ class Deployment:
             pending = [*self.carried, *self._ops.values()]
             self.state_file.save(list(self.current.values()), pending)
 
-    def _begin_op(self, kind: str, res: ResourceState) -> PendingOperation | None:
-        """Write `res` as pending `kind` before its provider call (None in preview)."""
-        if self.preview:
-            return None
-        op = PendingOperation(res, kind)
-        with self._lock:
-            self._ops[id(op)] = op
-            self._save()
-        return op
-
     @contextlib.contextmanager
     def _slot(self, kind: str, res: ResourceState) -> Iterator[PendingOperation | None]:
-        """One of the `parallel` workers (step_executor.go), then the step written as a
-        pending `kind` (only a step that runs is pending); a failure ends it. A partial
-        create is recorded by the caller with `done=` the operation."""
+        """One of the `parallel` workers (step_executor.go), then `res` written as pending
+        `kind` before its provider call (only a step that runs is pending; None in
+        preview). The caller ends it in the write that records the result (`done=`); a
+        failure ends it with nothing recorded."""
         with self._workers:
-            op = self._begin_op(kind, res)
+            op = None if self.preview else PendingOperation(res, kind)
+            if op is not None:
+                with self._lock:
+                    self._ops[id(op)] = op
+                    self._save()
             try:
                 yield op
             except BaseException:
-                self._end_op(op)
+                if op is not None:
+                    with self._lock:
+                        self._ops.pop(id(op), None)
+                        self._save()
                 raise
 
-    def _end_op(self, op: PendingOperation | None) -> None:
-        """The call failed: the operation is over and nothing is recorded for it."""
-        if op is not None:
-            with self._lock:
-                self._ops.pop(id(op), None)
-                self._save()
-
     def _put(
-        self, res: ResourceState, replacing: str | None = None, done: PendingOperation | None = None
-    ) -> None:
-        """Record `res` (in place of the record at `replacing`, e.g. its aliased URN); the
-        pending operation `done` ends in the same write."""
+        self, res: ResourceState, replacing: str | None = None,
+        done: PendingOperation | None = None, condemned: ResourceState | None = None,
+    ) -> None:  # fmt: skip
+        """Record `res` (in place of the record at `replacing`, e.g. its aliased URN); in
+        the same write the pending operation `done` ends and `condemned` (the old copy of
+        a create-before-delete replacement) is kept beside it, to be deleted."""
         with self._lock:
             if done is not None:
                 self._ops.pop(id(done), None)
             if replacing is not None:
                 self.current.pop(replacing, None)
             self.current.pop(_key(res), None)
+            if condemned is not None:
+                doomed = replace(condemned, delete=True)
+                self.current[_key(doomed)] = doomed
             self.current[_key(res)] = res
             self._order()
             self._save()
@@ -655,7 +651,7 @@ class Deployment:
             replacing = None
         # CreateStep.Apply: once the create returned (a partial failure too), the old one
         # is condemned, in the same write that records the new one.
-        condemned = old if op == "replace" and old is not None and not dbr else None
+        condemned = old if op == "replace" and not dbr and not self.preview else None
         return self._create(new, provider, replacing, condemned)
 
     def _create(
@@ -672,30 +668,11 @@ class Deployment:
                 # its initErrors (the next `up` updates it), then the step fails.
                 res = replace(new, id=partial.id, outputs=partial.outputs,
                               initErrors=[str(partial)])  # fmt: skip
-                self._record_create(res, replacing, condemned, pending)
+                self._put(res, replacing, done=pending, condemned=condemned)
                 raise EngineError(f"{new.name}: create failed: {partial}") from None
-            self._record_create(res, replacing, condemned, pending)
+            # The live record gives way to the new one.
+            self._put(res, replacing, done=pending, condemned=condemned)
         return res
-
-    def _record_create(
-        self, res: ResourceState, replacing: str | None, condemned: ResourceState | None,
-        pending: PendingOperation | None,
-    ) -> None:  # fmt: skip
-        """One write: the new record in place of the live one (or of its aliased URN), the
-        old one condemned beside it (a create-before-delete replacement; not in preview),
-        the pending create ended."""
-        with self._lock:
-            if pending is not None:
-                self._ops.pop(id(pending), None)
-            if replacing is not None:
-                self.current.pop(replacing, None)
-            self.current.pop(res.urn, None)  # the live record gives way to the new one
-            if condemned is not None and not self.preview:
-                doomed = replace(condemned, delete=True)
-                self.current[_key(doomed)] = doomed
-            self.current[_key(res)] = res
-            self._order()
-            self._save()
 
     def _call(self, what: str, res: ResourceState, fn: Callable[[], Any]) -> Any:
         if not self.preview:

@@ -44,6 +44,7 @@ from localengine.state import (
     MANIFEST_VERSION,
     PendingOperation,
     ResourceState,
+    resource_state,
     secret_texts_of,
 )
 
@@ -229,21 +230,16 @@ def _record(raw: Any, crypter: PassphraseCrypter | None) -> ResourceState:
     options = [k for k in _UNMODELLED if raw.get(k)]
     if options:
         raise ExportError(f"{raw['urn']}: sets {options[0]}, which the local engine does not model")
+    # ResourceV3 leaves empty fields out (omitempty) and gives customTimeouts in seconds;
+    # the engine keeps the program's duration strings.
     timeouts = raw.get("customTimeouts") or {}
-    return ResourceState(
-        urn=str(raw["urn"]), type=str(raw["type"]), custom=bool(raw.get("custom")),
-        id=str(raw.get("id") or ""), inputs=_opened(raw.get("inputs") or {}, crypter),
-        outputs=_opened(raw.get("outputs") or {}, crypter), parent=str(raw.get("parent") or ""),
-        provider=str(raw.get("provider") or ""), dependencies=list(raw.get("dependencies") or []),
-        propertyDependencies=dict(raw.get("propertyDependencies") or {}),
-        initErrors=list(raw.get("initErrors") or []),
-        ignoreChanges=list(raw.get("ignoreChanges") or []),
-        replaceOnChanges=list(raw.get("replaceOnChanges") or []),
-        additionalSecretOutputs=list(raw.get("additionalSecretOutputs") or []),
-        aliases=list(raw.get("aliases") or []), delete=bool(raw.get("delete")),
-        customTimeouts={k: f"{float(v):.9f}".rstrip("0").rstrip(".") + "s"
-                        for k, v in timeouts.items() if v},
-    )  # fmt: skip
+    return resource_state({
+        **raw, "custom": bool(raw.get("custom")),
+        "inputs": _opened(raw.get("inputs") or {}, crypter),
+        "outputs": _opened(raw.get("outputs") or {}, crypter),
+        "customTimeouts": {k: f"{float(v):.9f}".rstrip("0").rstrip(".") + "s"
+                           for k, v in timeouts.items() if v},
+    })  # fmt: skip
 
 
 def deployment_resources(

@@ -201,7 +201,7 @@ def run(
         held.callback(services.stop)
         try:
             deployment = Deployment(
-                state, transport, preview=preview, log=log, replace_urns=replace_urns,
+                state, transport, preview=preview, log=unfiltered, replace_urns=replace_urns,
                 provider_factory=provider_factory, parallel=parallel, secrets=shown,
                 plugins=PluginContext(project_dir, project, services.address),
             )  # fmt: skip
@@ -209,13 +209,13 @@ def run(
             return refused(str(e))
         held.callback(deployment.close)
         monitor.deployment = deployment
-        earlier = deployment.earlier_pending
-        if operation in ("up", "destroy") and any(op.type == CREATING for op in earlier):
-            return refused(f"nothing was done: {interrupted_creates(earlier, stack)}")
+        earlier, creates = deployment.earlier_pending, deployment.carried
+        if operation in ("up", "destroy") and creates:
+            return refused(f"nothing was done: {interrupted_creates(creates, stack)}")
         if operation != "refresh" and (warning := interrupted_warning(earlier)):
             log(warning)
-        if preview and any(op.type == CREATING for op in earlier):
-            log(f"warning: {interrupted_creates(earlier, stack)}")
+        if preview and creates:
+            log(f"warning: {interrupted_creates(creates, stack)}")
         do_refresh = refresh if refresh is not None else refresh_default(project_dir)
         error = ""
         with _interruptible(deployment):

@@ -75,6 +75,13 @@ class ResourceState:
 
 _FIELDS = {f.name for f in fields(ResourceState)}
 
+
+def resource_state(raw: dict[str, Any]) -> ResourceState:
+    """A record from a ResourceV3 object whose values are already opened; the ResourceV3
+    fields the engine does not use are not carried."""
+    return ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS})
+
+
 # A plain value that holds a secret's text (a command's stdout that echoes its secret
 # stdin, say) is sealed in the file as a secret is, under this mark, and opened back to the
 # plain value it was: the program sees what the provider returned (pulumi-command marks
@@ -309,11 +316,9 @@ class StateFile:
         return resources
 
     def _record(self, raw: dict[str, Any]) -> ResourceState:
-        raw = dict(raw)
-        raw["inputs"] = self._open(raw.get("inputs") or {})
-        raw["outputs"] = self._open(raw.get("outputs") or {})
-        # Fields the engine does not use (other ResourceV3 fields) are not carried.
-        return ResourceState(**{k: v for k, v in raw.items() if k in _FIELDS})
+        opened = {"inputs": self._open(raw.get("inputs") or {}),
+                  "outputs": self._open(raw.get("outputs") or {})}  # fmt: skip
+        return resource_state({**raw, **opened})
 
     def _sealed_record(self, r: ResourceState, echoes: wire.SecretFilter) -> dict[str, Any]:
         d = asdict(r)

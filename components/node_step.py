@@ -9,8 +9,10 @@ NodeStep, whose lifecycle is:
 - read runs the step's `read` command (on `read_node`) and records what the node shows
   now (`observed`); nothing on the node changes;
 - diff replaces the step when what defines it changed (`create`, `stdin`, `triggers`, the
-  node) or when the last read found the node no longer as the step left it (`observed` !=
-  `expected`); a new SSH key changes nothing (the key is read from the workstation's
+  node; for a step made of script files, `defines`: what its scripts do, not their
+  wording) or when the last read found the node no longer as the step left it (`observed`
+  != `expected`); a scripted step's new read (`reads`) is recorded by an update that runs
+  nothing; a new SSH key changes nothing (the key is read from the workstation's
   identity file at call time); a new user, host key, key file or jump host is recorded by
   an update that runs nothing (a refresh reads the step back with what the state holds);
 - a step given `keep_if` (a line it may have printed) is kept when only its command
@@ -58,6 +60,14 @@ from sparkvllm.workstation import prepare_command
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
 # not: a new read command changes no plan, and is recorded when the step next runs.
 _DEFINING = ("create", "stdin", "stdin_identity", "state_key", "triggers", "host", "read_host")
+# A step made of script files (sparkvllm/scripts) carries `defines` and `reads`: digests
+# of what its create and its read do (the scripts' names and revisions, and the values),
+# which then decide instead of the texts. A reworded script changes neither: the step is
+# the same, and keeps the text it ran. A new `defines` re-runs the step; a new `reads` is
+# recorded by an update that runs nothing (a refresh reads the step back with the read
+# the state holds: a new one must reach it).
+_SCRIPTED = ("create", "stdin")
+_READS = ("read", "read_stdin", "reads")
 # How the node is reached (user, port, host key, key file, jump host, and the run-time
 # `env` of a head-to-worker step: the worker's user, port and host key): a change re-runs
 # nothing, but it is recorded (an update that runs no command), because a refresh reads
@@ -174,6 +184,32 @@ def _run(
 _KEPT = ("stdout", "expected", "observed", "generation", "read", "read_stdin")
 
 
+def _reruns(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+    """The defining inputs that changed: each re-runs the step. For a scripted step, what
+    its scripts do (`defines`) stands for their texts; one recorded before its scripts
+    were files (no `defines`) is adopted instead (`_recorded`)."""
+    keys: list[str] = list(_DEFINING)
+    if news.get("defines"):
+        keys = [k for k in keys if k not in _SCRIPTED]
+        if olds.get("defines"):
+            keys.append("defines")
+    return [k for k in keys if olds.get(k) != news.get(k)]
+
+
+def _recorded(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
+    """The inputs an update records without running anything: how the node is reached,
+    a scripted step's new read (`reads`), and, for a step recorded before its scripts
+    were files, its scripted definition: its node still shows what it left (else the
+    diff replaces it for that), so it is adopted as it stands, and keeps its result and
+    generation (nothing built on it is replaced)."""
+    keys = [k for k in _ACCESS if olds.get(k) != news.get(k)]
+    if news.get("reads") and olds.get("reads") != news.get("reads"):
+        keys += [k for k in _READS if olds.get(k) != news.get(k)]
+    if news.get("defines") and not olds.get("defines"):
+        keys += [k for k in (*_SCRIPTED, "defines") if olds.get(k) != news.get(k)]
+    return keys
+
+
 def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
     """Only the command changed, the node still shows what the step left, and the step
     printed the line the new definition keeps it for (`keep_if`)."""
@@ -224,20 +260,20 @@ class NodeStepProvider(ResourceProvider):
         return ReadResult(id_, {**props, "observed": state_value(stdout, props["state_key"])})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        replaces = [k for k in _DEFINING if olds.get(k) != news.get(k)]
+        replaces = _reruns(olds, news)
         if _kept(olds, news):
             return DiffResult(changes=True, replaces=[])
         if olds.get("observed") != olds.get("expected"):
             replaces.append("observed")
-        access = [k for k in _ACCESS if olds.get(k) != news.get(k)]
-        return DiffResult(changes=bool(replaces or access), replaces=replaces)
+        recorded = _recorded(olds, news)
+        return DiffResult(changes=bool(replaces or recorded), replaces=replaces)
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        """Only the access changed (diff replaces for anything else), or the step is kept
-        (`keep_if`): record it; no command runs on the node."""
+        """Only what `_recorded` names changed (diff replaces for anything else), or the
+        step is kept (`keep_if`): record it; no command runs on the node."""
         if _kept(olds, news):
             return UpdateResult({**news, **{k: olds.get(k) for k in _KEPT}})
-        return UpdateResult({**olds, **{k: news.get(k) for k in _ACCESS}})
+        return UpdateResult({**olds, **{k: news.get(k) for k in _recorded(olds, news)}})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         if props.get("delete"):
@@ -294,6 +330,8 @@ class NodeStep(Resource):
             props["read_identity_file"] = other.identity_file
         if spec.env:  # only where there is one: other steps' inputs stay as they were
             props["env"] = dict(spec.env)
+        # Only for a step made of script files (likewise).
+        props.update({k: v for k, v in (("defines", spec.defines), ("reads", spec.reads)) if v})
         if id_value is not None:
             if "=" in spec.name:
                 raise ValueError(f"{spec.name}: a step carrying a value has no = in its name")

@@ -828,6 +828,14 @@ class TimeoutsConfig(_Closed):
         description="Seconds to wait for the model server's /health (big models on two "
         "Sparks take 10-15 minutes).",
     )
+    answer_s: int = Field(
+        60,
+        ge=5,
+        le=600,
+        description="Seconds a served model may take to generate one token before the "
+        "liveness reads (refresh's server guard, the drift check) call it stuck. A new "
+        "value re-runs nothing: the containers' own Docker healthcheck keeps 60 s.",
+    )
 
 
 NcclLibrary = Literal["image", "host"]

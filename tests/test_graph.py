@@ -222,11 +222,11 @@ def test_long_waits_have_bounded_timeouts(spark_raw: dict[str, Any]) -> None:
     cfg, run = deployed(spark_raw)
     health = run.by_name("model-server-health")
     assert health.create_timeout == f"{cfg.timeouts.server_ready_s + 300}s"
-    assert f"budget={cfg.timeouts.server_ready_s}; deadline=" in health.state["create"]
+    assert f"readonly BUDGET={cfg.timeouts.server_ready_s}\n" in health.state["create"]
     assert health.state["create"].startswith("bash -c ")
     # The Ray wait takes its budget at run time (a new budget is not a new step).
     ray_ready = run.by_name("model-server-ray-ready")
-    assert "budget=${WAIT_S:?the wait budget}; deadline=" in ray_ready.state["create"]
+    assert 'probe_loop "${WAIT_S:?the wait budget}"' in ray_ready.state["create"]
     assert ray_ready.plain("wait_s") == cfg.timeouts.ray_ready_s
     assert str(cfg.timeouts.ray_ready_s) not in ray_ready.state["create"]
 

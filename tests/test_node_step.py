@@ -116,6 +116,67 @@ def test_a_step_is_kept_only_for_the_line_it_printed(
         assert not NodeStepProvider().diff("id", outs, news).changes
 
 
+SCRIPTED = {**BASE, "defines": "d1", "reads": "r1"}
+DONE = {"stdout": "fingerprint=f1", "expected": "f1", "observed": "f1", "generation": "g1"}
+# A step recorded before its scripts were files: no `defines`, another text.
+BEFORE = {**BASE, "create": "stream (inline)", "read": "echo fingerprint=$(fp) (inline)", **DONE}
+
+
+@pytest.mark.parametrize(
+    ("olds", "news", "replaces", "recorded"),
+    [
+        # Reworded: the texts differ, what they do does not. Nothing changes (the state
+        # keeps the text it ran).
+        ({**SCRIPTED, **DONE}, {**SCRIPTED, "create": "stream, said otherwise"}, None, []),
+        ({**SCRIPTED, **DONE}, {**SCRIPTED, "read": "reworded read"}, None, []),
+        # What it does changed: re-run.
+        ({**SCRIPTED, **DONE}, {**SCRIPTED, "create": "v2", "defines": "d2"}, ["defines"], []),
+        # A new read: recorded by an update, nothing runs.
+        (
+            {**SCRIPTED, **DONE},
+            {**SCRIPTED, "read": "new read", "reads": "r2"},
+            [],
+            ["read", "reads"],
+        ),
+        # Recorded before the move to files, its node as the step left it: adopted.
+        (BEFORE, SCRIPTED, [], ["read", "reads", "create", "defines"]),
+        # ... unless the node no longer shows it, or more than its texts changed.
+        ({**BEFORE, "observed": ""}, SCRIPTED, ["observed"], None),
+        (BEFORE, {**SCRIPTED, "triggers": ["ref:2"]}, ["triggers"], None),
+    ],
+    ids=[
+        "reworded",
+        "read reworded",
+        "revised",
+        "new read",
+        "adopted",
+        "adopted gone",
+        "adopted retriggered",
+    ],
+)
+def test_a_scripted_step_is_defined_by_what_its_scripts_do(
+    olds: dict[str, Any],
+    news: dict[str, Any],
+    replaces: list[str] | None,
+    recorded: list[str] | None,
+) -> None:
+    """A step made of script files re-runs when what they do changes (`defines`), records
+    a new read by an update (`reads`), and is the same for a reworded text."""
+    provider = NodeStepProvider()
+    diff = provider.diff("id", olds, news)
+    if replaces is None:
+        assert diff.changes is False and not diff.replaces
+        return
+    assert diff.changes is True and sorted(diff.replaces or []) == replaces, diff
+    if replaces:
+        return
+    outs = provider.update("id", olds, news).outs
+    assert outs is not None
+    assert sorted(k for k in outs if outs.get(k) != olds.get(k)) == sorted(recorded or [])
+    assert {k: outs[k] for k in DONE} == DONE  # the result and the generation are kept
+    assert not provider.diff("id", outs, news).changes  # and the next diff finds nothing
+
+
 @pytest.mark.parametrize(
     ("stdout", "key", "value"),
     [

@@ -120,15 +120,16 @@ class Stack:
         return AnswerStep(self.node, self.answers, self.project_dir)
 
     def run(
-        self, operation: str, raw: dict[str, Any], refresh: bool = False, check: bool = True
-    ) -> Result:
+        self, operation: str, raw: dict[str, Any], refresh: bool = False, check: bool = True,
+        stack: str = "spark",
+    ) -> Result:  # fmt: skip
         self.answers = NodeAnswers(load_stack_config(raw))
         if self.versions is not None:
             versions = dict(self.versions)
             self.answers.versions = lambda _node: dict(versions)
         self.node.images.setdefault(raw["image"]["ref"], "sha256:" + "f" * 64)
         secret: list[str] = [k for k in ("api_key", "hf_token") if k in raw]
-        return self.run_in(operation, "spark", ROOT, raw, secret, refresh, check)
+        return self.run_in(operation, stack, ROOT, raw, secret, refresh, check)
 
     def run_in(
         self, operation: str, stack: str, project_dir: Path, config: dict[str, Any],
@@ -179,7 +180,9 @@ def _reorder_speculative(raw: dict[str, Any]) -> None:
     raw["vllm"]["speculative_config"] = {"num_speculative_tokens": 1, "method": "mtp"}
 
 
-SERVER = {"model-server-container", "model-server-health"}
+# The guard's read asks the server for the served model: a new one is recorded (an update
+# that runs nothing), else its next refresh would ask for the old name and call it stuck.
+SERVER = {"model-server-container", "model-server-health", "model-server-guard"}
 DROPS = {"model-server-drop-caches-spark-1", "model-server-drop-caches-spark-2"}
 WEIGHTS = {"model-download-spark-1", "model-sync-spark-2"}
 IMAGE = {"image-obtain-spark-1", "image-sync-spark-2", "image-support-spark-1",
@@ -210,6 +213,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
     # the provider cannot change a live container's healthcheck).
     ("server_ready_s", _set("timeouts.server_ready_s", 3000), {"model-server-health"}),
     ("ray_ready_s", _set("timeouts.ray_ready_s", 900), set()),
+    # The liveness reads' bound: the guard's new read is recorded; nothing runs.
+    ("answer_s", _set("timeouts.answer_s", 20), {"model-server-guard"}),
     ("gpu_memory_utilization", _set("vllm.gpu_memory_utilization", 0.7), SERVER | DROPS),
     ("an extra vLLM argument", _set("vllm.extra_args", ["--max-num-seqs", "8"]), SERVER | DROPS),
     ("the API key", _set("api_key", "sk-rotated-2"), SERVER),

@@ -45,6 +45,7 @@ def restart_node(cfg: Any, access: Any) -> None:
         time.sleep(2)
 
 
+IMAGE = "sparkvllm/vllm-sim:latest-sim"
 NO_RAY = "sparkvllm/vllm-sim:noray-sim"
 NO_RAY_BUILD = (
     f"FROM {stack.stack_raw()['image']['ref']}\n"
@@ -130,6 +131,20 @@ def test_native_answers_as_ray_heals_a_lost_rank_and_leaves_no_ray_behind() -> N
     found_and_healed(
         "a stopped rank and deleted weights", ray_answer,
         {"rank-guard-spark-2", "model-sync-spark-2"},
+    )  # fmt: skip
+
+    # The worker's rank hung (every process of its container frozen, as an NCCL stall
+    # leaves it: the container still runs) and its image gone: rank 0 no longer answers
+    # (the server guard), the image's read-back finds it missing (the drift check names
+    # it); one up replaces the group on the image sent again.
+    frozen = f"docker top {RANK} -eo pid | tail -n +2 | xargs kill -STOP"
+    stack.run_on(cfg, access, WORKER, f"{frozen} && docker rmi -f {IMAGE} >/dev/null")
+    findings = {(f.node, f.what) for f in drift.check(cfg, "sim", access)}
+    sim_log(f"rank hung, image removed: drift check {sorted(findings)}")
+    assert (WORKER, "image missing") in findings, findings
+    found_and_healed(
+        "a hung rank and its image gone", ray_answer,
+        {"model-server-guard", "image-sync-spark-2"},
     )  # fmt: skip
 
     # A current stock image has no Ray: a SIMULATION stand-in for one, built on the head

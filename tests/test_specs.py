@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from sparkvllm import scripts
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.probes import ray_members
 from sparkvllm.specs import commands, containers, plans
@@ -632,14 +633,18 @@ def test_links_command_runs_and_reports_each_peer(spark_raw: dict[str, Any]) -> 
 def test_nccl_transport_is_read_from_the_server_logs(
     tmp_path: Any, log: str, transport: str
 ) -> None:
-    from sparkvllm.specs.commands import nccl_transport_script
+    from sparkvllm import scripts
 
     fake_docker = tmp_path / "docker"
     # `docker exec` (reading /proc): no process mapped a libnccl.
     fake_docker.write_text(f'#!/bin/sh\n[ "$1" = exec ] && exit 0\necho {shlex.quote(log)} >&2\n')
     fake_docker.chmod(0o755)
     out = subprocess.run(
-        ["bash", "-c", nccl_transport_script("srv")],
+        [
+            "bash",
+            "-c",
+            scripts.load("lib/nccl_report").body + "\nnccl_transport srv; nccl_loaded srv",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -665,7 +670,7 @@ def test_the_nccl_the_server_loaded_is_read_from_its_processes(
     (two processes mapping each library, and other libraries); the script names each
     libnccl file once, and the report says which library that is, with a warning when
     nccl.library host is not what runs."""
-    from sparkvllm.specs.commands import nccl_loaded_script
+    from sparkvllm import scripts
     from sparkvllm.specs.versions import nccl_report
 
     lines = [f"7f00-7f10 r-xp 00000000 08:01 42 {p}" for p in mapped * 2]
@@ -680,7 +685,7 @@ def test_the_nccl_the_server_loaded_is_read_from_its_processes(
     fake.write_text(f'#!/bin/sh\n[ "$3" = LD_PRELOAD= ] || exit 9\ncat {maps}\n')
     fake.chmod(0o755)
     out = subprocess.run(
-        ["bash", "-c", "\n".join(nccl_loaded_script("srv"))],
+        ["bash", "-c", scripts.load("lib/nccl_report").body + "\nnccl_loaded srv"],
         capture_output=True,
         text=True,
         check=True,
@@ -1127,9 +1132,10 @@ def test_a_readiness_try_that_hangs_in_docker_exec_is_cut_off(
         + "\n"
     )
     fake.chmod(0o755)
-    loop = commands._probe_loop(
-        container="srv", args=[], timeout_s=900, what="model server", try_s=600
-    )
+    loop = scripts.render(
+        "server_ready", CONTAINER="srv", PROBE_ARGS=[], BUDGET=900, TRY_S=600,
+        GAVE_UP_MARK="gave up starting",
+    ).text  # fmt: skip
     out = subprocess.run(
         ["bash", "-c", loop],
         input="print('probe')\n",
@@ -1142,8 +1148,8 @@ def test_a_readiness_try_that_hangs_in_docker_exec_is_cut_off(
     assert "srv is not running (exited)" in out.stderr and "last line" in out.stderr
     # The model server's wait is watched, within the probe's own bounds.
     create = commands.server_ready(load_stack_config(spark_raw), "srv").create
-    assert "docker exec -i srv python3 -" in create and "kill -0" in create
-    assert f'"$t" -ge {commands.PROBE_TRY_S}' in create
+    assert "readonly CONTAINER=srv" in create and "watched_try" in create
+    assert f"readonly TRY_S={commands.PROBE_TRY_S}" in create
 
 
 def test_the_image_name_step_prints_the_name_the_id_and_each_registry_digest(

@@ -16,6 +16,9 @@ placement group must not put a shard on it.
 
 from __future__ import annotations
 
+# What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
+# wording, comments or layout; a step that runs it re-runs then.
+# revision: 1
 import json
 import logging
 import sys

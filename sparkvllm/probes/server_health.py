@@ -9,6 +9,9 @@ Prints one JSON line; exits 0 when the server is ready and the smoke completion 
 
 from __future__ import annotations
 
+# What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
+# wording, comments or layout; a step that runs it re-runs then.
+# revision: 1
 import contextlib
 import json
 import os

@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from sparkvllm import scripts
 from sparkvllm.config import NodeConfig, StackConfig
-from sparkvllm.probes import script
+from sparkvllm.probes import revision, script
 from sparkvllm.specs import containers
-from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
+from sparkvllm.specs.health import answers_check
 from sparkvllm.specs.ssh import (
     ShellVar,
     SshOptions,
@@ -55,6 +56,12 @@ class CommandSpec:
     # a node is reached (PEER_USER, PEER_PORT, PEER_HOST_KEY of the node a head-to-worker
     # step reaches). A new value re-runs nothing (the step's result does not depend on it).
     env: tuple[tuple[str, str], ...] = ()
+    # What the step does, apart from its wording (sparkvllm/scripts: the scripts' names and
+    # revisions, and the values): a step whose `defines` is unchanged re-runs for no new
+    # text; one whose `reads` changed records its new read and runs nothing. None: the
+    # texts themselves define it (a step not yet made of script files).
+    defines: str | None = None
+    reads: str | None = None
 
     @property
     def shell_command(self) -> str:
@@ -612,144 +619,6 @@ def image_relay(
     )
 
 
-def _probe_loop(
-    *,
-    container: str,
-    args: list[str],
-    timeout_s: int,
-    what: str,
-    on_fail_logs_of: str | None = None,
-    on_success: str = "",
-    settle_s: int = 0,
-    budget_from_env: bool = False,
-    gave_up: str | None = None,
-    try_s: int | None = None,
-) -> str:
-    """Bash that feeds the probe on stdin to `python3 -` in `container` until it exits 0.
-
-    Progress every 30 s on stderr; on timeout, the probe's last answer and the last log
-    lines; bounded by `timeout_s`. The probe's last JSON line is the command's stdout.
-    With `settle_s`, the probe must give the same passing answer for that long first.
-    With `try_s`, one try is watched (_watched_try): a `docker exec` into a container that
-    dies and is restarted under it can hang for good (seen on the sim, in a crash loop).
-    """
-    argv = " ".join(shlex.quote(a) for a in args)
-    logs = on_fail_logs_of or container
-    # With `budget_from_env`, the bound comes from $WAIT_S at run time (NodeStep passes it),
-    # so a new budget is not a new command.
-    budget = "${WAIT_S:?the wait budget}" if budget_from_env else str(timeout_s)
-    # A watched try writes its answer to a file (the ray-ready step's text stays as
-    # deployed stacks hold it: it has none).
-    files = '"$probe" "$probe.out"' if try_s else '"$probe"'
-    return "\n".join(
-        [
-            "set -uo pipefail",
-            f"probe=$(mktemp); trap 'rm -f {files}' EXIT; cat > \"$probe\"",
-            f"budget={budget}; deadline=$((SECONDS + budget)); next=$((SECONDS + 30))",
-            "while :; do",
-            (
-                f'  state=$(docker inspect -f "{{{{.State.Status}}}}" {container} 2>/dev/null'
-                " || echo absent)"
-            ),
-            # `gave_up`: a bash condition under which the container stays down by itself.
-            *([f"  if {gave_up}; then state=gave-up; fi"] if gave_up else []),
-            '  if [ "$state" != running ]; then',
-            f'    echo {shlex.quote(f"{container} is not running")} "($state); last logs:" >&2',
-            f"    docker logs --tail 40 {container} >&2 2>&1 || true",
-            "    exit 1",
-            "  fi",
-            *(
-                _watched_try(container, argv, try_s)
-                if try_s
-                else [
-                    f'  out=$(docker exec -i {container} python3 - {argv} < "$probe" 2>/dev/null)',
-                    "  rc=$?",
-                ]
-            ),
-            "  if [ $rc -eq 0 ]; then",
-            '    if [ "$out" != "${settled:-}" ]; then settled=$out; since=$SECONDS; fi',
-            f"    if [ $((SECONDS - since)) -ge {settle_s} ]; then",
-            "      printf '%s\\n' \"$out\" | tail -n 1",
-            *(f"      {line}" for line in on_success.splitlines()),
-            "      exit 0",
-            "    fi",
-            "  else",
-            "    settled=",
-            "  fi",
-            "  if [ $SECONDS -ge $deadline ]; then",
-            (
-                f'    echo {shlex.quote(f"{what}: not ready after")} "${{budget}}s; last answer:'
-                ' $out; last logs:" >&2'
-            ),
-            f"    docker logs --tail 40 {logs} >&2 2>&1 || true",
-            "    exit 1",
-            "  fi",
-            "  if [ $SECONDS -ge $next ]; then",
-            (
-                f'    echo "{what}: waiting ($SECONDS s): '
-                f'$(docker logs --tail 1 {logs} 2>&1 | cut -c1-160)" >&2'
-            ),
-            "    next=$((SECONDS + 30))",
-            "  fi",
-            "  sleep 3",
-            "done",
-        ]
-    )
-
-
-def _watched_try(container: str, argv: str, try_s: int) -> list[str]:
-    """Bash: one probe try ($out, $rc) that ends when the probe does, when the container
-    is no longer the one it entered (stopped, or started again: an exec into it can then
-    hang for good), or after `try_s` seconds; checked every second."""
-    state = f"docker inspect -f '{{{{.State.Status}}}} {{{{.State.StartedAt}}}}' {container}"
-    return [
-        f"  was=$({state} 2>/dev/null || echo absent)",
-        f'  docker exec -i {container} python3 - {argv} < "$probe" > "$probe.out" 2>/dev/null &',
-        "  try=$!; t=0",
-        '  while kill -0 "$try" 2>/dev/null; do',
-        "    sleep 1; t=$((t + 1))",
-        f"    now=$({state} 2>/dev/null || echo absent)",
-        f'    if [ "$now" != "$was" ] || [ "$t" -ge {try_s} ]; then kill "$try" 2>/dev/null; fi',
-        "  done",
-        '  wait "$try"; rc=$?; out=$(cat "$probe.out")',
-    ]
-
-
-def nccl_transport_script(container: str) -> str:
-    """Prints `nccl_transport=ib|socket|gloo|unknown` from the server's logs (NCCL_DEBUG=INFO:
-    "via NET/IB" is RDMA; "via NET/Socket" or "NET/IB : No device found" is the silent TCP
-    fallback). vLLM's Ray workers log through the driver, so the server's logs hold both."""
-    return "\n".join(
-        [
-            f"logs=$(docker logs {container} 2>&1 || true)",
-            'if grep -q "via NET/IB" <<<"$logs"; then echo nccl_transport=ib',
-            (
-                'elif grep -qE "via NET/Socket|NET/IB : No device found" <<<"$logs";'
-                " then echo nccl_transport=socket"
-            ),
-            # No NCCL at all: torch.distributed over gloo (vLLM on CPU, as on the sim).
-            'elif grep -qi "gloo" <<<"$logs"; then echo nccl_transport=gloo',
-            "else echo nccl_transport=unknown; fi",
-            *nccl_loaded_script(container),
-        ]
-    )
-
-
-def nccl_loaded_script(container: str) -> list[str]:
-    """Bash printing `nccl_loaded=`: every libnccl file mapped by a process the server's
-    container sees (its own, or with Ray the host's: the Ray workers), as those processes
-    opened it; read from /proc, so it names the library that runs, not the one the config
-    asked for. The reading shell preloads nothing itself (LD_PRELOAD emptied)."""
-    maps = "cat /proc/[0-9]*/maps 2>/dev/null; true"
-    return [
-        (
-            f"loaded=$(docker exec -e LD_PRELOAD= {container} sh -c {shlex.quote(maps)}"
-            " 2>/dev/null | awk '$6 ~ /libnccl[.]so/ {print $6}' | sort -u | paste -sd, -)"
-        ),
-        'echo nccl_loaded="$loaded"',
-    ]
-
-
 RAY_SETTLE_S = 30
 
 
@@ -758,121 +627,70 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
     other node (probes/ray_members.py: one just removed from the config still runs its
     Ray worker until this `up` ends, and the server must not be placed on it).
 
-    Runs on the head, probing from inside the Ray head container (named `ray_head`).
-    Prints the membership JSON (nodes, gpus, missing, unexpected).
+    Runs on the head, probing from inside the Ray head container (named `ray_head`):
+    scripts/ray_ready.sh. Prints the membership JSON (nodes, gpus, missing, unexpected).
     """
     head = cfg.head_node.name
     # Sorted: the order of the node list is not a change.
     ips = ",".join(sorted(str(n.cluster_link.address) for n in cfg.nodes))
-    name = ray_head
+    wait = scripts.render(
+        "ray_ready",
+        CONTAINER=ray_head,
+        PROBE_ARGS=[ips, str(cfg.total_gpus), "drain"],
+        SETTLE_S=RAY_SETTLE_S,
+    )
+    read = scripts.render(
+        "ray_members_read", CONTAINER=ray_head, PROBE_ARGS=[ips, str(cfg.total_gpus)]
+    )
     return CommandSpec(
         name="model-server-ray-ready",
         node=head,
-        create=_probe_loop(
-            container=name,
-            args=[ips, str(cfg.total_gpus), "drain"],
-            timeout_s=cfg.timeouts.ray_ready_s,
-            what="ray cluster",
-            budget_from_env=True,
-            # A raylet that died (a replaced or restarted Ray container) still counts as
-            # alive until the GCS misses its health checks (about 20 s with Ray's
-            # defaults), and its replacement registers a few seconds after its container
-            # starts: only an answer unchanged for 30 s names the raylets that will last.
-            settle_s=RAY_SETTLE_S,
-        ),
+        create=wait.text,
         stdin=script("ray_members"),
         timeout_s=cfg.timeouts.ray_ready_s + 120,
         wait_s=cfg.timeouts.ray_ready_s,
         # Read back: the raylets Ray reports now, by ID (a restarted head or node has new
         # ones, and vLLM's Ray workers died with the old ones).
-        read=f"docker exec -i {name} python3 - {shlex.quote(ips)} {cfg.total_gpus} || true",
+        read=read.text,
         read_stdin=script("ray_members"),
         state_key="json:node_ids",
+        defines=scripts.identity(wait.identity, "ray_members", revision("ray_members")),
+        reads=scripts.identity(read.identity, "ray_members", revision("ray_members")),
     )
-
-
-# A rank of the native launcher started again after it was created (its node restarted, or
-# it crashed and docker restarted it): the group it formed is gone, and vLLM cannot take a
-# rank back into a running group. The docker provider creates and starts a container in
-# one call (seconds apart); 120 s missed a node restarted 90 s after its rank was created
-# (seen on the sim: only rank 0's guard, no longer answering, caught it).
-RESTART_MARGIN_S = 30
-
-
-def _container_state(name: str) -> list[str]:
-    """Bash setting $s to the container's state: absent, running, restarted (running, but
-    started again well after it was created) or docker's other states."""
-    fmt = "{{.State.Status}} {{.Created}} {{.State.StartedAt}}"
-    return [
-        (
-            f"read -r s created started < <(docker inspect -f '{fmt}' {name} 2>/dev/null"
-            " || echo absent)"
-        ),
-        'up=$(( $(date -d "$started" +%s) - $(date -d "$created" +%s) ))',
-        f'if [ "$s" = running ] && [ "$up" -gt {RESTART_MARGIN_S} ]; then s=restarted; fi',
-    ]
-
-
-def _status_only(name: str) -> str:
-    return f"s=$(docker inspect -f '{{{{.State.Status}}}}' {name} 2>/dev/null || echo absent)"
 
 
 def server_guard(cfg: StackConfig, server: str, launcher: str = containers.RAY) -> CommandSpec:
-    """The model server's liveness, read back by refresh: `health=ok` while its container
-    runs and generates a token (or while it is still loading: it has not yet logged that
-    its API server started, and the readiness wait bounds that); `health=bad` when it
-    stopped, or when it once served and no longer generates within ANSWER_TIMEOUT_S (a
-    stuck engine: its /health may still say 200). A bad reading replaces the guard and,
-    through its generation label, the server container (named `server`).
-
-    Native launcher: the server is rank 0 of a group that cannot take a rank back, so a
-    rank 0 gone or started again is bad too (the whole group is then replaced)."""
-    name = server
-    native = launcher == containers.NATIVE
-    probe = shlex.quote(answers_check(cfg.ports.api, cfg.model.name_for_clients))
-    read = "\n".join(
-        [
-            *(_container_state(name) if native else [_status_only(name)]),
-            'case "$s" in',
-            # No container: with Ray the docker resource's own read reports it.
-            f"  absent) echo health={'bad' if native else 'ok'};;",
-            "  running)",
-            # It gave up starting (a crash loop): bad, whatever it served before.
-            f"    if {containers.gave_up(name)}; then",
-            "      echo health=bad",
-            (
-                f"    elif timeout {ANSWER_TIMEOUT_S + 20} docker exec {name} python3 -c {probe} "
-                ">/dev/null 2>&1; then"
-            ),
-            "      echo health=ok",
-            f"    elif docker logs {name} 2>&1 | grep -q 'Application startup complete'; then",
-            "      echo health=bad",
-            "    else echo health=ok; fi;;",
-            "  *) echo health=bad;;",
-            "esac",
-        ]
+    """The model server's liveness, read back by refresh (scripts/server_guard.sh):
+    `health=ok` while its container runs and generates a token (or while it is still
+    loading), `health=bad` when it stopped, gave up starting, or once served and no longer
+    generates within timeouts.answer_s (a stuck engine: its /health may still say 200). A
+    bad reading replaces the guard and, through its generation label, the server
+    container (named `server`). Native launcher: the server is rank 0 of a group that
+    cannot take a rank back, so a rank 0 gone or started again is bad too."""
+    answer_s = cfg.timeouts.answer_s
+    read = scripts.render(
+        "server_guard",
+        CONTAINER=server,
+        NATIVE=int(launcher == containers.NATIVE),
+        ANSWER_S=answer_s,
+        PROBE=answers_check(cfg.ports.api, cfg.model.name_for_clients, answer_s),
+        GAVE_UP_MARK=containers.GAVE_UP,
     )
     return CommandSpec(
         name="model-server-guard", node=cfg.head, create="echo health=ok",
-        read=read, state_key="health", timeout_s=60,
+        read=read.text, state_key="health", timeout_s=60, reads=read.identity,
     )  # fmt: skip
 
 
 def rank_guard(cfg: StackConfig, node: NodeConfig, rank: str) -> CommandSpec:
-    """A worker rank's liveness (native launcher), read back by refresh on its node:
-    `health=bad` when its container (named `rank`) is gone, stopped or started again since
-    it joined the group. A bad reading replaces this guard; its generation is a label of
-    rank 0, so the whole group is replaced (a hung rank shows as rank 0 no longer
-    answering: the server guard)."""
-    read = "\n".join(
-        [
-            *_container_state(rank),
-            'if [ "$s" = running ]; then echo health=ok; else echo health=bad; fi',
-        ]
-    )
+    """A worker rank's liveness (native launcher), read back by refresh on its node
+    (scripts/rank_guard.sh): `health=bad` when its container (named `rank`) is gone,
+    stopped or started again since it joined the group. A bad reading replaces this
+    guard; its generation is a label of rank 0, so the whole group is replaced."""
+    read = scripts.render("rank_guard", CONTAINER=rank)
     return CommandSpec(
         name=f"rank-guard-{node.name}", node=node.name, create="echo health=ok",
-        read=read, state_key="health", timeout_s=60,
+        read=read.text, state_key="health", timeout_s=60, reads=read.identity,
     )  # fmt: skip
 
 
@@ -881,51 +699,33 @@ PROBE_TRY_S = 360
 
 def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
     """Wait for the model server (the container named `server`) to load and answer; then
-    print its health JSON.
+    print its health JSON (scripts/server_ready.sh).
 
     Bounded by timeouts.server_ready_s; logs progress (the server's last log line) every
     30 s so a 15-minute model load is visible in `pulumi up`.
     """
-    head = cfg.head_node.name
-    name = server
+    wait = scripts.render(
+        "server_ready",
+        CONTAINER=server,
+        PROBE_ARGS=[f"http://127.0.0.1:{cfg.ports.api}", cfg.model.name_for_clients],
+        BUDGET=cfg.timeouts.server_ready_s,
+        TRY_S=PROBE_TRY_S,
+        GAVE_UP_MARK=containers.GAVE_UP,
+    )
     return CommandSpec(
         name="model-server-health",
-        node=head,
-        create=_probe_loop(
-            container=name,
-            args=[f"http://127.0.0.1:{cfg.ports.api}", cfg.model.name_for_clients],
-            timeout_s=cfg.timeouts.server_ready_s,
-            what="model server",
-            on_success=nccl_transport_script(name),
-            gave_up=containers.gave_up(name),
-            # The probe's own bounds: four 10 s reads and a 300 s first token.
-            try_s=PROBE_TRY_S,
-        ),
+        node=cfg.head_node.name,
+        create=wait.text,
         stdin=script("server_health"),
         timeout_s=cfg.timeouts.server_ready_s + 300,
+        defines=scripts.identity(wait.identity, "server_health", revision("server_health")),
     )
 
 
 def drop_page_cache(node: NodeConfig) -> CommandSpec:
     """Free the page cache on `node` (as root, or through passwordless sudo)."""
-    fail = shlex.quote(
-        f"cannot drop the page cache on {node.name}: needs root or passwordless sudo for "
-        f"{node.ssh.user}; fix: allow it, or set drop_page_cache: false"
-    )
-    create = "\n".join(
-        [
-            "set -uo pipefail",
-            "sync",
-            'if [ "$(id -u)" = 0 ]; then echo 3 > /proc/sys/vm/drop_caches',
-            "else sudo -n sh -c 'echo 3 > /proc/sys/vm/drop_caches' ||",
-            f"  {{ echo {fail} >&2; exit 1; }}",
-            "fi",
-            "echo mem_available_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)",
-        ]
-    )
+    drop = scripts.render("drop_page_cache", NODE=node.name, LOGIN_USER=node.ssh.user)
     return CommandSpec(
-        name=f"model-server-drop-caches-{node.name}",
-        node=node.name,
-        create=create,
-        timeout_s=300,
-    )
+        name=f"model-server-drop-caches-{node.name}", node=node.name, create=drop.text,
+        timeout_s=300, defines=drop.identity,
+    )  # fmt: skip

@@ -18,7 +18,6 @@ from sparkvllm.probes import script
 from sparkvllm.specs import containers, plans, weights
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, ray_ready
 from sparkvllm.specs.containers import NATIVE, RAY, SPEC_LABEL, ContainerSpec
-from sparkvllm.specs.health import ANSWER_TIMEOUT_S
 from sparkvllm.specs.output import key_values, last_json
 
 # Pulumi.yaml sets `options.refresh: always`, so every `up` reads the nodes back first.
@@ -199,7 +198,7 @@ def server_probe(cfg: StackConfig, stack: str) -> Probe:
     name = containers.model_server(cfg, stack).name
     url = f"http://127.0.0.1:{cfg.ports.api}"
     served = shlex.quote(cfg.model.name_for_clients)
-    command = f"docker exec -i {name} python3 - {url} {served} {ANSWER_TIMEOUT_S}"
+    command = f"docker exec -i {name} python3 - {url} {served} {cfg.timeouts.answer_s}"
     return Probe(name, command, script("server_health"))
 
 
@@ -405,7 +404,7 @@ def _server_drift(cfg: StackConfig, head: NodeLive) -> list[Drift]:
             Drift(
                 cfg.head,
                 "model server stuck",
-                f"/health answers 200 but no token came within {ANSWER_TIMEOUT_S}s ({said})"
+                f"/health answers 200 but no token came within {cfg.timeouts.answer_s}s ({said})"
                 f"{log}; fix: {RUN_UP}",
             )
         ]

@@ -8,7 +8,9 @@ from typing import Any
 from sparkvllm.specs.output import key_values, last_json
 
 # A liveness answer is one generated token within this bound: /health stays 200 while an
-# engine is stuck (its API server still answers), a completion does not.
+# engine is stuck (its API server still answers), a completion does not. The containers'
+# own Docker healthcheck uses it; the liveness reads use timeouts.answer_s (default the
+# same), so a new value of that replaces no container.
 ANSWER_TIMEOUT_S = 60
 
 

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2154  # the values come from render()
+# Wait until Ray reports every node (by its cluster IP) and every GPU, from inside the Ray
+# head container: probes/ray_members.py arrives on stdin, and drains any node not in the
+# stack. A raylet that died still counts as alive until the GCS misses its health checks
+# (about 20 s), and its replacement registers seconds after its container starts: only an
+# answer unchanged for SETTLE_S seconds names the raylets that will last. The budget is
+# $WAIT_S, given at run time: a new budget is not a new step.
+# revision: 1
+# uses: probe_loop
+# values: CONTAINER PROBE_ARGS[] SETTLE_S
+set -uo pipefail
+gave_up() { return 1; }
+on_success() { :; }
+probe_loop "${WAIT_S:?the wait budget}" "ray cluster" "$SETTLE_S" 0

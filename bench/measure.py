@@ -20,16 +20,12 @@ from pathlib import Path
 
 from bench.figures import Figures, stopwatch
 from sim import stack
+from sparkvllm import scripts
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import weights
-from sparkvllm.specs.commands import (
-    CommandSpec,
-    env_assignments,
-    image_sync,
-    peer_env,
-    ssh_to_node_prelude,
-)
+from sparkvllm.specs.commands import CommandSpec, env_assignments, image_sync, peer_env
 from sparkvllm.specs.output import key_values
+from sparkvllm.specs.ssh import peer_options
 from sparkvllm.workstation import SshAccess
 
 NETDEV = "eth0"  # the sim nodes' interface (sim/settings.py NODE_INTERFACE)
@@ -64,7 +60,14 @@ class Sim:
         """`pipe` run on the head, where `remote CMD` runs CMD on the worker (the program's
         own prelude: the key on stdin, the host key checked)."""
         target = next(n for n in self.cfg.nodes if n.name == self.worker)
-        lines = [*ssh_to_node_prelude(self.cfg, target), pipe]
+        session = scripts.render(
+            "peer_session",
+            HEAD_NAME=self.head,
+            TARGET_NAME=target.name,
+            TARGET_ADDRESS=str(target.cluster_link.address),
+            SSH_OPTS=peer_options(target.ssh.verify_host_key),
+        )
+        lines = [session.text, pipe]
         env = env_assignments(peer_env(target, self.access.host_keys.get(self.worker)))
         return self.on(
             self.head,
@@ -281,7 +284,7 @@ def _weights_figures(
         f"that remainder (step's own count: {resumed['sent']} bytes)", "<= 1.05",
     )  # fmt: skip
     # Verification: every blob of the worker's copy hashed, on every core.
-    verify = f"{weights.VERIFY_FN}\nverify_all {shlex.quote(repo)}/blobs"
+    verify = f"{scripts.load('lib/weights').body}\nverify_all {shlex.quote(repo)}/blobs"
     with stopwatch() as checked:
         bad = sim.on(sim.worker, f"bash -c {shlex.quote(verify)}").strip()
     assert not bad, bad

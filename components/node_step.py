@@ -214,10 +214,10 @@ def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
     """Only the command changed, the node still shows what the step left, and the step
     printed the line the new definition keeps it for (`keep_if`)."""
     line = news.get("keep_if")
-    changed = {k for k in _DEFINING if olds.get(k) != news.get(k)}
+    changed = set(_reruns(olds, news))
     return (
         bool(line)
-        and changed == {"create"}
+        and changed in ({"create"}, {"defines"})
         and olds.get("observed") == olds.get("expected")
         and line in str(olds.get("stdout") or "").splitlines()
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,8 @@ def test_long_waits_have_bounded_timeouts(spark_raw: dict[str, Any]) -> None:
     cfg, run = deployed(spark_raw)
     health = run.by_name("model-server-health")
     assert health.create_timeout == f"{cfg.timeouts.server_ready_s + 300}s"
-    assert f"readonly BUDGET={cfg.timeouts.server_ready_s}\n" in health.state["create"]
+    inner = shlex.split(health.state["create"])[2]  # bash -c SCRIPT
+    assert f"readonly BUDGET='{cfg.timeouts.server_ready_s}'" in inner
     assert health.state["create"].startswith("bash -c ")
     # The Ray wait takes its budget at run time (a new budget is not a new step).
     ray_ready = run.by_name("model-server-ray-ready")
@@ -329,9 +331,10 @@ def test_secrets_stay_secret(spark_raw: dict[str, Any]) -> None:
     facts = base64.b64decode(str(run.by_name("spark-1-facts").plain("__provider")))
     assert b"spark-1" in facts  # the judge and its config are in there
     download = run.by_name("model-download-spark-1")
-    assert "-e HF_TOKEN " in download.plain("create") and "HF_TOKEN=" not in download.plain(
-        "create"
-    )
+    # Handed to the download's container by name (`-e HF_TOKEN`), never as a value.
+    create = download.plain("create")
+    assert "readonly TOKEN='1'" in create and "hub_env+=(-e HF_TOKEN)" in create
+    assert "HF_TOKEN=" not in create
     server = run.by_name("model-server-container")
     assert server.secret_input("envs")
     assert f"VLLM_API_KEY={TEST_API_KEY}" in server.plain("envs")

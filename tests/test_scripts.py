@@ -35,7 +35,9 @@ def test_each_script_parses_passes_shellcheck_and_has_its_header(path: Path) -> 
 
 
 def test_the_rendered_commands_of_the_golden_stacks_pass_shellcheck() -> None:
-    """As a node runs them: the values assigned, the libraries inlined."""
+    """As a node runs them: the values assigned, the libraries inlined. (A library sets
+    variables for its callers that one caller may not read: SC2034; a value is a literal
+    in single quotes, whatever `$` it holds: SC2016.)"""
     for stack in ("sim", "spark"):
         golden = read((GOLDEN / f"{stack}.txt").read_text())
         for name, fields in golden.items():
@@ -45,7 +47,8 @@ def test_the_rendered_commands_of_the_golden_stacks_pass_shellcheck() -> None:
                     if "readonly " not in text:
                         continue
                     checked = subprocess.run(
-                        [SHELLCHECK, "--shell=bash", "-"], input=text, capture_output=True,
+                        [SHELLCHECK, "--shell=bash", "--exclude=SC2034,SC2016", "-"], input=text,
+                        capture_output=True,
                         text=True,
                     )  # fmt: skip
                     assert checked.returncode == 0, (stack, name, field, checked.stdout)

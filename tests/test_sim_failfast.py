@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from sim import stack
+from sparkvllm import scripts
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import versions, weights
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, image_sync
@@ -142,7 +143,7 @@ def test_a_missing_weight_file_on_the_head_stops_before_any_container(
 def test_a_missing_weight_file_on_a_worker_is_found_and_copied_again(sim: Sim) -> None:
     """The copy step compares the RESOLVED files: a worker whose symlink layout is intact
     but whose blob is gone gets the model again, and the manifests agree afterwards."""
-    manifest = f'{weights.MANIFEST_FN}; manifest "$(ls -d {SNAPSHOTS}/*)"'
+    manifest = f'{scripts.load("lib/weights").body}\nmanifest "$(ls -d {SNAPSHOTS}/*)"'
     head_manifest = sim.on(HEAD, f"bash -c {shlex.quote(manifest)}").strip()
     sync = weights.weights_sync(sim.cfg, sim.cfg.nodes[1], sim.access.host_keys[WORKER])
     sim.run_spec(sync)  # in place first (a fresh sim has it; this makes it certain)

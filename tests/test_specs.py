@@ -254,18 +254,38 @@ def test_every_command_is_valid_bash(cfg: StackConfig) -> None:
     ("image", "expect"),
     [
         ({"ref": "r:1", "source": "pull"}, "docker pull r:1"),
-        ({"ref": "r:1", "source": "tarball", "tarball": "/img/r.tar"}, "docker load -i /img/r.tar"),
+        ({"ref": "r:1", "source": "tarball", "tarball": "/dev/null"}, "docker load -i /dev/null"),
         ({"ref": "r:1", "source": "present"}, "is not present on spark-1"),
     ],
 )
 def test_obtain_only_when_absent(
-    spark_raw: dict[str, Any], image: dict[str, Any], expect: str
+    spark_raw: dict[str, Any], tmp_path: Path, image: dict[str, Any], expect: str
 ) -> None:
+    """Run with a docker stub that logs its calls: an absent image is obtained (or the
+    step says it is not there), a present one is not touched."""
     spark_raw["image"] = image
     create = commands.image_obtain(load_stack_config(spark_raw)).create
-    _, _, rest = create.partition("if ! docker image inspect r:1 >/dev/null 2>&1; then\n")
-    assert expect in rest.split("\nfi\n")[0]
-    assert "echo fingerprint=" in rest
+    log = tmp_path / "docker.log"
+    fake = tmp_path / "docker"
+    fake.write_text(
+        "#!/bin/bash\n"
+        f'echo "docker $*" >> {log}\n'
+        'case "$*" in "image inspect"*) [ -e "$HERE" ] || exit 1; echo sha256:i1;; esac\n'
+        f'case "$*" in pull*|load*) touch "$HERE";; esac\n'
+    )
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "HERE": str(tmp_path / "present")}
+    out = subprocess.run(["bash", "-c", create], capture_output=True, text=True, env=env)
+    assert expect in log.read_text() + out.stderr
+    # A tag (no digest pinned): nothing is tagged or checked for a digest.
+    assert "docker tag" not in log.read_text() and "RepoDigests" not in log.read_text()
+    if image["source"] != "present":
+        assert out.returncode == 0, out.stderr
+        assert "fingerprint=" in out.stdout
+        log.unlink()
+        again = subprocess.run(["bash", "-c", create], capture_output=True, text=True, env=env)
+        assert again.returncode == 0 and "pull" not in log.read_text()
+        assert "load" not in log.read_text()
 
 
 def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackConfig) -> None:
@@ -273,12 +293,14 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
     spec = commands.image_sync(cfg, target, target.ssh.host_key)
     assert spec.node == "spark-1" and spec.stdin_secret == "ssh_private_key"
     # The cluster address, not the LAN; the user, port and host key given at run time.
-    assert '-p "$PEER_PORT" -l "$PEER_USER" -- 192.168.100.11' in spec.create
+    assert "readonly TARGET_ADDRESS='192.168.100.11'" in spec.create
+    assert '-p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS"' in spec.create
     assert "StrictHostKeyChecking=yes" in spec.create
     assert dict(spec.env) == {"PEER_USER": "aurora", "PEER_PORT": "22",
                               "PEER_HOST_KEY": target.ssh.host_key}  # fmt: skip
     assert "aurora" not in spec.create and "AAAA" not in spec.create
-    assert "docker save hellohal2064/vllm-qwen3.5-gb10:latest | remote docker load" in spec.create
+    assert "readonly REF='hellohal2064/vllm-qwen3.5-gb10:latest'" in spec.create
+    assert 'docker save "$REF" | remote docker load' in spec.create
     assert 'if [ "$src" != "$dst" ]; then' in spec.create  # equal fingerprints: no transfer
     assert "PRIVATE KEY" not in spec.create
 
@@ -303,7 +325,7 @@ def test_fingerprint_script_is_storage_independent_and_empty_when_absent() -> No
 def test_waits_are_bounded_and_expect_every_node(spark_raw: dict[str, Any]) -> None:
     cfg = load_stack_config(four_node_raw(spark_raw))
     spec = commands.ray_ready(cfg, "sparkvllm-spark-ray-head")
-    assert "192.168.100.10,192.168.100.11,192.168.100.12,192.168.100.13 4" in spec.create
+    assert "('192.168.100.10,192.168.100.11,192.168.100.12,192.168.100.13' '4' " in spec.create
     assert spec.stdin is not None and "def summarize" in spec.stdin
     assert spec.timeout_s > cfg.timeouts.ray_ready_s
 
@@ -531,16 +553,15 @@ def test_weights_commands(cfg: StackConfig) -> None:
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
     # Blob by blob (tests/test_weights_copy.py runs it), then the layout by tar.
-    assert 'tail -c +$((off + 1)) "$repo/blobs/$b" | remote bash -c' in sync.create
-    assert 'tar -C /home/aurora/.cache/huggingface/hub -cf - "${layout[@]}" | remote' in sync.create
-    assert '-l "$PEER_USER" -- 192.168.100.11' in sync.create
+    assert 'tail -c +$((off + 1)) "$blobs/$b" | on_peer receive' in sync.create
+    assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack' in sync.create
+    assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create
+    assert "readonly TARGET_ADDRESS='192.168.100.11'" in sync.create
     assert ("PEER_USER", "aurora") in sync.env
 
 
 def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> None:
     """The real manifest function on an HF-style layout: a deleted blob changes it."""
-    from sparkvllm.specs.weights import MANIFEST_FN
-
     blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "abc"
     blobs.mkdir()
     snap.mkdir(parents=True)
@@ -551,7 +572,7 @@ def test_manifest_follows_symlinks_and_sees_a_missing_blob(tmp_path: Any) -> Non
 
     def manifest() -> str:
         return subprocess.run(
-            ["bash", "-c", f'{MANIFEST_FN}; manifest "{snap}"'],
+            ["bash", "-c", f'{scripts.load("lib/weights").body}\nmanifest "{snap}"'],
             capture_output=True,
             text=True,
             check=True,
@@ -957,12 +978,6 @@ def test_a_pinned_image_is_pulled_by_digest_tagged_and_checked(
     assert plan.ref == cfg.image.local_ref
 
 
-def test_an_unpinned_image_keeps_its_command(cfg: StackConfig) -> None:
-    """A tag's obtain step is what it was (no tag, no digest check): no diff on upgrade."""
-    spec = commands.image_obtain(cfg)
-    assert "docker tag" not in spec.create and "RepoDigests" not in spec.create
-
-
 @pytest.mark.parametrize(
     ("ref", "source", "warned"),
     [
@@ -1148,8 +1163,8 @@ def test_a_readiness_try_that_hangs_in_docker_exec_is_cut_off(
     assert "srv is not running (exited)" in out.stderr and "last line" in out.stderr
     # The model server's wait is watched, within the probe's own bounds.
     create = commands.server_ready(load_stack_config(spark_raw), "srv").create
-    assert "readonly CONTAINER=srv" in create and "watched_try" in create
-    assert f"readonly TRY_S={commands.PROBE_TRY_S}" in create
+    assert "readonly CONTAINER='srv'" in create and "watched_try" in create
+    assert f"readonly TRY_S='{commands.PROBE_TRY_S}'" in create
 
 
 def test_the_image_name_step_prints_the_name_the_id_and_each_registry_digest(

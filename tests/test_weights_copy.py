@@ -1,6 +1,7 @@
-"""The weights copy (specs/weights.py weights_copy) run for real under bash between two
-"nodes" on this machine: each is a mount namespace in which the model's HF cache path is
-bound to a folder of its own, and `remote` enters the target's. No ssh, no network.
+"""The weights copy (sparkvllm/scripts/weights_sync.sh, as specs/weights.py weights_sync
+renders it) run for real under bash between two "nodes" on this machine: each is a mount
+namespace in which the model's HF cache path is bound to a folder of its own, and `ssh` is
+a stub that enters the target's. No ssh, no network.
 
 What it must do: move only the blobs the target lacks, resume a blob cut off mid-copy
 from where it stopped, check every blob by content (sha256 for LFS files, git sha1 for the
@@ -80,21 +81,28 @@ class TwoNodes:
         return self.target / self.blobs[file].relative_to(self.head)
 
     def copy(self, target_mount: str | None = None) -> subprocess.CompletedProcess[str]:
-        """weights_copy on the head; `remote` enters the target. `target_mount` replaces
+        """The step's script on the head; `ssh` enters the target. `target_mount` replaces
         the target folder's bind (e.g. a small tmpfs)."""
         into = target_mount or f"{self.enter} {self.target}"
-        script = "\n".join(
-            [
-                "set -euo pipefail",
-                f'remote() {{ unshare -m {into} "$*"; }}',
-                *weights.weights_copy(self.cfg, self.cfg.nodes[1]),
-            ]
+        stub = self.enter.parent / "bin" / "ssh"
+        stub.parent.mkdir(exist_ok=True)
+        # Options up to `--` (a control call, -O exit, does nothing), the host, then the
+        # command words, run as sshd runs them: joined, under a shell, on the target.
+        stub.write_text(
+            "#!/bin/bash\n"
+            'while [ "$1" != -- ]; do [ "$1" = -O ] && exit 0; shift; done\n'
+            f'shift 2; exec unshare -m {into} "$*"\n'
         )
+        stub.chmod(0o755)
+        spec = weights.weights_sync(self.cfg, self.cfg.nodes[1], None)
+        env = {**os.environ, **dict(spec.env), "PATH": f"{stub.parent}:{os.environ['PATH']}"}
         return subprocess.run(
-            ["unshare", "-m", str(self.enter), str(self.head), script],
+            ["unshare", "-m", str(self.enter), str(self.head), spec.create],
+            input="TEST-ONLY KEY\n",
             capture_output=True,
             text=True,
             timeout=120,
+            env=env,
         )
 
 

@@ -22,6 +22,9 @@ access and is not followed).
 
 from __future__ import annotations
 
+# What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
+# wording, comments or layout; a step that runs it re-runs then.
+# revision: 1
 import json
 import sys
 import urllib.error

@@ -25,6 +25,9 @@ other file are kept. A summary line goes to stderr; exit 2 on bad arguments.
 
 from __future__ import annotations
 
+# What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
+# wording, comments or layout; a step that runs it re-runs then.
+# revision: 1
 import io
 import json
 import re

@@ -32,7 +32,16 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-Value = str | int | Sequence[str]
+from sparkvllm import probes
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe's source (sparkvllm/probes) as a value: the script gets its text, the
+    identity its name and revision (a reworded probe is the same probe)."""
+
+    name: str
+
 
 _HEADER = re.compile(r"^# (revision|uses|values):(.*)$")
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -61,6 +70,9 @@ class Rendered:
     identity: str
 
 
+Value = str | int | Sequence[str] | Probe | Rendered
+
+
 @cache
 def load(name: str) -> Script:
     """The script file `name` (`lib/NAME` for a library), parsed."""
@@ -83,7 +95,11 @@ def load(name: str) -> Script:
     values = tuple(fields.get("values", "").split())
     for v in values:
         bare = v.removesuffix("[]")
-        if not _NAME.match(bare) or bare in _RESERVED or bare.startswith(("BASH", "LC_", "SSH")):
+        if (
+            not _NAME.match(bare)
+            or bare in _RESERVED
+            or bare.startswith(("BASH", "LC_", "SSH_A", "SPARKVLLM_"))
+        ):
             raise ValueError(f"scripts/{name}.sh: {v!r} is not a value name of its own")
     body = "\n".join(lines[start:]).strip("\n")
     return Script(
@@ -98,6 +114,10 @@ def _word(value: object) -> str:
 
 def _assign(declared: str, value: Value) -> str:
     name = declared.removesuffix("[]")
+    if isinstance(value, Probe):
+        value = probes.script(value.name)
+    elif isinstance(value, Rendered):
+        value = value.text
     if declared.endswith("[]"):
         if isinstance(value, str | int):
             raise TypeError(f"{name}: an array takes a list, not {value!r}")
@@ -116,6 +136,16 @@ def _libraries(script: Script) -> list[Script]:
             if dep not in out:
                 out.append(dep)
     return out
+
+
+def _what(value: Value) -> object:
+    """What a value contributes to an identity: a probe its name and revision, a script
+    rendered for another node (a relay hop) its identity, not their texts."""
+    if isinstance(value, Probe):
+        return ("probe", value.name, probes.revision(value.name))
+    if isinstance(value, Rendered):
+        return ("script", value.identity)
+    return value if isinstance(value, str | int) else list(value)
 
 
 def identity(*parts: object) -> str:
@@ -141,6 +171,6 @@ def render(name: str, **values: Value) -> Rendered:
             script.body,
         ]
     )
-    plain = {k: v if isinstance(v, str | int) else list(v) for k, v in values.items()}
+    plain = {k: _what(v) for k, v in values.items()}
     revisions = [(s.name, s.revision) for s in [*libs, script]]
     return Rendered(text, identity(revisions, plain))

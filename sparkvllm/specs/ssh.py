@@ -275,10 +275,27 @@ def node_options(
     )
 
 
-def relay_options(node: NodeConfig, known_hosts_ref: PathRef) -> SshOptions:
-    """One hop of the head-to-workers relay, from whichever node holds the stream to
-    `node`: the head's key through the forwarded agent, `node`'s host key verified."""
-    return SshOptions(known_hosts=known_hosts_ref if node.ssh.verify_host_key else None, agent=True)
+# The head's ssh to a node from a node script (sparkvllm/scripts/lib/peer_ssh.sh,
+# image_relay.sh, relay_hop.sh): its key, known_hosts and connection folder are named by
+# variables the script exports, which OpenSSH (>= 8.4) expands in these options itself,
+# so the words are plain values.
+PEER_FILES = ("${SPARKVLLM_KEY}", "${SPARKVLLM_KH}", "${SPARKVLLM_CM}")
+
+
+def peer_options(verify_host_key: bool) -> list[str]:
+    """The option words of the head's ssh to a node (its key, the node's pinned host key
+    unless the config opts out, one shared connection)."""
+    key, known, control = PEER_FILES
+    known_hosts = known if verify_host_key else None
+    return SshOptions(identity=key, known_hosts=known_hosts, control_dir=control).argv()
+
+
+def relay_options(verify_host_key: bool) -> list[str]:
+    """The option words of one hop of the head-to-workers relay, from whichever node holds
+    the stream to the next: the head's key through the forwarded agent, the next node's
+    host key verified (unless the config opts out)."""
+    known_hosts = PEER_FILES[1] if verify_host_key else None
+    return SshOptions(known_hosts=known_hosts, agent=True).argv()
 
 
 def node_target(

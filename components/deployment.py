@@ -49,12 +49,10 @@ def deploy(
         node_plan = plans.node(
             cfg,
             n,
-            host_key=access.host_keys.get(n.name),
-            identity_ref=access.identity_ref_of(n.name),
+            reach=access.reaches[n.name],
             known_hosts_ref=access.node_known_hosts_ref(n.name),
             control_dir_ref=access.control_dir_ref,
             token_file=access.hf_token_ref,
-            jump_host_key=access.jump_host_keys.get(n.name),
         )
         key = pulumi.Output.secret(access.key_of(n.name))  # the node's own, else the stack's
         nodes[n.name] = GB10Node(node_plan.name, GB10NodeArgs(node_plan, key), top)

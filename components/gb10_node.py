@@ -10,7 +10,7 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.adapters import gated
-from components.node_step import NodeStep, Reach
+from components.node_step import NodeStep
 from sparkvllm.specs.plans import NodePlan
 
 
@@ -32,38 +32,32 @@ class GB10Node(pulumi.ComponentResource):
     def __init__(self, name: str, args: GB10NodeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(NodePlan.TYPE, name, None, opts)
         plan = args.plan
-        access = plan.access
-        jump = access.jump
+        reach = plan.reach
+        conn = reach.connection()
+        proxy = conn.get("proxy")
         self.connection = command.remote.ConnectionArgs(
-            host=access.host,
-            port=float(access.port),
-            user=access.user,
+            host=conn["host"],
+            port=float(conn["port"]),
+            user=conn["user"],
             private_key=args.private_key,
-            host_key=access.host_key,
+            host_key=conn["hostKey"],
             dial_error_limit=5,
             per_dial_timeout=15,
             # pulumi-command dials the jump host, then the node from it (the node's key).
             proxy=command.remote.ProxyConnectionArgs(
-                host=jump.host, port=float(jump.port), user=jump.user,
-                private_key=args.private_key, host_key=jump.host_key,
+                host=proxy["host"], port=float(proxy["port"]), user=proxy["user"],
+                private_key=args.private_key, host_key=proxy["hostKey"],
                 dial_error_limit=5, per_dial_timeout=15,
             )
-            if jump is not None
+            if proxy is not None
             else None,
         )  # fmt: skip
         # How the node's read-back steps reach it from the workstation (no secret inside).
-        self.reach = Reach(
-            host=access.host,
-            port=access.port,
-            user=access.user,
-            host_key=access.host_key,
-            identity_file=access.identity_ref,
-            jump=jump,
-        )
+        self.reach = reach
         self.provider = docker.Provider(
             f"{name}-docker",
-            host=access.docker_host,
-            ssh_opts=list(access.docker_ssh_opts),
+            host=plan.docker_host,
+            ssh_opts=list(plan.docker_ssh_opts),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # The preflight: each step judged in its own create (a failed one records nothing,

@@ -36,7 +36,6 @@ import json
 import shlex
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,7 @@ from pulumi.dynamic import (
 from sparkvllm.remote import ConnectionFiles, run_ssh
 from sparkvllm.specs.commands import CommandSpec, env_assignments
 from sparkvllm.specs.output import key_values, last_json
-from sparkvllm.specs.plans import JumpAccess
-from sparkvllm.specs.ssh import SshTarget
+from sparkvllm.specs.ssh import Reach
 from sparkvllm.workstation import prepare_command
 
 # What defines a step: a change re-runs it. How it is read back (`read`, `read_stdin`) does
@@ -76,40 +74,6 @@ _ACCESS = ("user", "port", "host_key", "identity_file", "jump", "read_user", "re
            "read_host_key", "read_jump", "read_identity_file", "stdin_file", "env")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Reach:
-    """How the workstation reaches one node (no secret: the key stays in its file)."""
-
-    host: str
-    port: int
-    user: str
-    host_key: str | None
-    identity_file: str  # may start with ~ (expanded at call time)
-    jump: JumpAccess | None = None  # the jump host the node is reached through, if any
-
-    def target(self, files: ConnectionFiles) -> SshTarget:
-        """How ssh reaches the node; its known_hosts files go into `files`."""
-        conn: dict[str, Any] = {
-            "host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key
-        }  # fmt: skip
-        if (j := self.jump) is not None:
-            conn["proxy"] = {"host": j.host, "port": j.port, "user": j.user, "hostKey": j.host_key}
-        return files.target(conn, key_file=str(Path(self.identity_file).expanduser()))
-
-    def props(self, prefix: str = "") -> dict[str, Any]:
-        """The reach as step inputs (`read_` ones for the read node); the jump and a read
-        node's own key only when there are (an existing step's inputs stay as they were)."""
-        out: dict[str, Any] = {
-            f"{prefix}host": self.host,
-            f"{prefix}port": self.port,
-            f"{prefix}user": self.user,
-            f"{prefix}host_key": self.host_key,
-        }
-        if (j := self.jump) is not None:
-            out[f"{prefix}jump"] = [j.host, j.port, j.user, j.host_key]
-        return out
-
-
 def state_value(stdout: str, key: str) -> str:
     """The value a step or its read reports: `key` of its key=value lines, or for
     `json:FIELD` that field of its last JSON line (lists sorted)."""
@@ -117,20 +81,6 @@ def state_value(stdout: str, key: str) -> str:
         value = last_json(stdout).get(key.removeprefix("json:"), "")
         return json.dumps(sorted(value) if isinstance(value, list) else value)
     return key_values(stdout).get(key, "")
-
-
-def _reach(props: dict[str, Any], prefix: str = "") -> Reach:
-    jump = props.get(f"{prefix}jump")
-    return Reach(
-        host=str(props[f"{prefix}host"]),
-        port=int(props[f"{prefix}port"]),
-        user=str(props[f"{prefix}user"]),
-        host_key=props.get(f"{prefix}host_key") or None,
-        identity_file=str(props.get(f"{prefix}identity_file") or props["identity_file"]),
-        jump=JumpAccess(str(jump[0]), int(jump[1]), str(jump[2]), jump[3] or None)
-        if jump
-        else None,
-    )
 
 
 def _key_file(props: dict[str, Any], reach: Reach) -> Path:
@@ -147,24 +97,31 @@ def _key_file(props: dict[str, Any], reach: Reach) -> Path:
     return path
 
 
-def _run(
-    props: dict[str, Any], command: str, stdin: str | None, prefix: str, timeout: float
-) -> str:
-    reach = _reach(props, prefix)
+def _on_node(props: dict[str, Any]) -> tuple[Reach, str | None, str]:
+    """How the step's own command (create, delete) runs: on its node, with its stdin (the
+    key of the node it reaches from its own, the read node's; or a secret the workstation
+    wrote, the hf_token, empty when the stack has none) and its run-time values: a wait
+    budget ($WAIT_S) and how a head-to-worker step reaches its worker (`env`), passed at
+    run time so that a new value is not a new step."""
+    reach = Reach.from_props(props)
     _key_file(props, reach)
-    if props.get("stdin_identity") and stdin is None and not prefix:
-        # The key of the node the step reaches from its own (the read node's).
-        stdin = _key_file(props, _reach(props, "read_")).read_text()
-    if props.get("stdin_file") and stdin is None and not prefix:
-        # A secret the workstation wrote (the hf_token): absent when the stack has none.
+    stdin = props.get("stdin")
+    if props.get("stdin_identity") and stdin is None:
+        stdin = _key_file(props, Reach.from_props(props, "read_")).read_text()
+    if props.get("stdin_file") and stdin is None:
         secret = Path(str(props["stdin_file"])).expanduser()
         stdin = secret.read_text() if secret.exists() else ""
-    # Passed at run time, so a new value is not a new step: a wait budget ($WAIT_S), how
-    # a head-to-worker step reaches its worker (`env`, CommandSpec.env).
-    env = ""
-    if not prefix:
-        values = [("WAIT_S", str(int(props["wait_s"])))] if props.get("wait_s") else []
-        env = env_assignments([*values, *sorted((props.get("env") or {}).items())])
+    values = [("WAIT_S", str(int(props["wait_s"])))] if props.get("wait_s") else []
+    env = env_assignments([*values, *sorted((props.get("env") or {}).items())])
+    return reach, stdin, env
+
+
+def _run(
+    props: dict[str, Any], reach: Reach, command: str, stdin: str | None, env: str,
+    timeout: float,
+) -> str:  # fmt: skip
+    """`command` on the node `reach` names, under bash, `env` assigned first."""
+    _key_file(props, reach)
     # The host keys as known_hosts files in a private temp folder, removed after the call
     # (the provider host is stopped with a signal: nothing may be left for an exit hook).
     with ConnectionFiles() as files:
@@ -243,7 +200,8 @@ class NodeStepProvider(ResourceProvider):
         self.judge = judge
 
     def create(self, props: dict[str, Any]) -> CreateResult:
-        stdout = _run(props, props["create"], props.get("stdin"), "", float(props["timeout_s"]))
+        reach, stdin, env = _on_node(props)
+        stdout = _run(props, reach, props["create"], stdin, env, float(props["timeout_s"]))
         if self.judge is not None:
             # Raises on what the node printed: a failed create records nothing, so the
             # next `up` runs the step (a preflight) again.
@@ -256,7 +214,9 @@ class NodeStepProvider(ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         if not props.get("read"):
             return ReadResult(id_, props)
-        stdout = _run(props, props["read"], props.get("read_stdin"), "read_", 300.0)
+        # On the node it reads back, with its own stdin (a probe) and nothing else.
+        reach = Reach.from_props(props, "read_")
+        stdout = _run(props, reach, props["read"], props.get("read_stdin"), "", 300.0)
         return ReadResult(id_, {**props, "observed": state_value(stdout, props["state_key"])})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
@@ -277,7 +237,8 @@ class NodeStepProvider(ResourceProvider):
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:
         if props.get("delete"):
-            _run(props, props["delete"], None, "", float(props["timeout_s"]))
+            reach, stdin, env = _on_node(props)
+            _run(props, reach, props["delete"], stdin, env, float(props["timeout_s"]))
 
 
 class NodeStep(Resource):

@@ -35,31 +35,31 @@ from sparkvllm.config import (
 )
 from sparkvllm.host_keys import HOST_KEY_FIX, HostKeyError, find_host_key
 from sparkvllm.probes import image_versions
-from sparkvllm.specs.ssh import SshTarget, known_hosts, node_target
+from sparkvllm.specs.ssh import Jump, Reach, SshTarget, known_hosts
 
 
 @dataclass(frozen=True)
 class SshAccess:
     """What the components need to reach the nodes. `private_key` is secret material.
 
-    `identity_ref`, `node_known_hosts_ref(node)` and `control_dir_ref` name the same files
-    as resource inputs do: under `~` (which ssh expands itself) when the state directory is
-    the default one, so no input depends on who runs the program or where the checkout is."""
+    Each node's `Reach` (its key file), `node_known_hosts_ref(node)` and `control_dir_ref`
+    name the files as resource inputs do: under `~` (which ssh expands itself) when the
+    state directory is the default one, so no input depends on who runs the program or
+    where the checkout is."""
 
     identity_file: str
     known_hosts_file: str
     host_keys: dict[str, str | None]
     private_key: str = field(repr=False)
-    identity_ref: str = ""
     control_dir_ref: str = ""
     hf_token_ref: str | None = None  # the hf_token file (absent when the stack has none)
-    # Per node: its own key (else the stack's), the file and ref of it, and how the
-    # workstation's ssh reaches it (through its jump host, if any).
+    # Per node: its own key (else the stack's) and the file of it.
     node_keys: dict[str, str] = field(default_factory=dict, repr=False)
     node_identity_files: dict[str, str] = field(default_factory=dict)
-    node_identity_refs: dict[str, str] = field(default_factory=dict)
+    # How the workstation reaches each node (the one type, sparkvllm.specs.ssh.Reach), and
+    # its ssh to it for the tools (Reach.ssh_target).
+    reaches: dict[str, Reach] = field(default_factory=dict)
     targets: dict[str, SshTarget] = field(default_factory=dict)
-    jump_host_keys: dict[str, str | None] = field(default_factory=dict)  # node -> its jump's
 
     def node_known_hosts_ref(self, node: str) -> str:
         """The node's own known_hosts file: it outlives the node's place in the config, so
@@ -68,9 +68,6 @@ class SshAccess:
 
     def key_of(self, node: str) -> str:
         return self.node_keys.get(node, self.private_key)
-
-    def identity_ref_of(self, node: str) -> str:
-        return self.node_identity_refs.get(node, self.identity_ref)
 
 
 def workstation_versions() -> dict[str, str]:
@@ -227,12 +224,21 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         return out
 
     _write_private(kh, known_hosts(cfg.nodes, present, jumps_of(cfg.nodes)))
-    targets = {}
+    reaches, targets = {}, {}
     for n in cfg.nodes:
         node_kh = d / f"known_hosts.{n.name}"
         if n.name in present:
             _write_private(node_kh, known_hosts([n], present, jumps_of([n])))
-        targets[n.name] = node_target(n, identity_files[n.name], str(node_kh), cfg.jump_for(n))
+        jump = cfg.jump_for(n)
+        reaches[n.name] = Reach(
+            host=n.ssh.host,
+            port=n.ssh.port,
+            user=n.ssh.user,
+            host_key=host_keys[n.name],
+            identity_file=identity_refs[n.name],
+            jump=Jump(jump.host, jump.port, jump.user, jump_keys.get(n.name)) if jump else None,
+        )
+        targets[n.name] = reaches[n.name].ssh_target(str(node_kh))
     # The weights download's token (a NodeStep reads it from here: never a resource input).
     token = d / "hf_token"
     if cfg.hf_token is not None:
@@ -244,14 +250,12 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         known_hosts_file=str(kh),
         host_keys=host_keys,
         private_key=private_key,
-        identity_ref=f"{ref}/id",
         control_dir_ref=ref,
         hf_token_ref=f"{ref}/hf_token",  # absent when the stack has none: empty stdin
         node_keys={n.name: node_keys.get(n.name, private_key) for n in cfg.nodes},
         node_identity_files=identity_files,
-        node_identity_refs=identity_refs,
+        reaches=reaches,
         targets=targets,
-        jump_host_keys=jump_keys,
     )
 
 

@@ -14,7 +14,6 @@ import pulumi
 import pytest
 
 from sparkvllm.config import StackConfig, load_stack_config
-from sparkvllm.specs.ssh import docker_ssh_opts
 from sparkvllm.workstation import prepare_ssh_access, state_dir_ref
 from tests.conftest import ROOT, TEST_API_KEY, TEST_HF_TOKEN, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers, Run, run_program
@@ -394,7 +393,7 @@ def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: P
     # ssh's connection-sharing sockets live in the stack's own 0700 directory, not /tmp.
     state = Path(access.control_dir_ref).expanduser()
     assert state.stat().st_mode & 0o777 == 0o700
-    opts = docker_ssh_opts(cfg.nodes[0], access.identity_ref, "kh", access.control_dir_ref)
+    opts = access.reaches[cfg.nodes[0].name].docker_ssh_opts("kh", access.control_dir_ref)
     assert f"ControlPath={access.control_dir_ref}/cm-%C" in opts
 
 
@@ -539,7 +538,7 @@ def test_every_resource_is_named_by_its_spec(spark4_raw: dict[str, Any]) -> None
     access = prepare_ssh_access(cfg, "test", ROOT)
     built: list[Any] = [
         *(
-            plans.node(cfg, n, host_key=None, identity_ref="", known_hosts_ref="",
+            plans.node(cfg, n, reach=access.reaches[n.name], known_hosts_ref="",
                        control_dir_ref="")
             for n in cfg.nodes
         ),

@@ -17,6 +17,7 @@ from sim.hub import Repo, server
 from sparkvllm.config import ConfigError, load_stack_config
 from sparkvllm.specs import weights
 from sparkvllm.specs.plans import node as node_plan
+from sparkvllm.specs.ssh import Reach
 from tests.conftest import TEST_HF_TOKEN, hf_snapshot
 
 MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"  # the spark stack's
@@ -91,7 +92,11 @@ def test_only_the_head_asks_the_hub(spark_raw: dict[str, Any]) -> None:
     cfg = load_stack_config(spark_raw)
     plans = {
         n.name: node_plan(
-            cfg, n, host_key=None, identity_ref="~/id", known_hosts_ref="~/kh", control_dir_ref="~"
+            cfg,
+            n,
+            reach=Reach(n.ssh.host, n.ssh.port, n.ssh.user, None, "~/id"),
+            known_hosts_ref="~/kh",
+            control_dir_ref="~",
         )
         for n in cfg.nodes
     }
@@ -135,20 +140,22 @@ def test_the_download_takes_the_token_from_stdin_only(spark_raw: dict[str, Any])
     it is on no command line."""
     plain = load_stack_config(spark_raw)
     without = weights.weights_download(plain, plain.head_node)
-    assert "HF_ENDPOINT" not in without.create  # the default hub: the step as it always was
+    # The default hub: no endpoint handed to the download.
+    assert "readonly HUB_ENDPOINT=''" in without.create
     with_token = load_stack_config({**spark_raw, "hf_token": TEST_HF_TOKEN})
     spec = weights.weights_download(with_token, with_token.head_node)
     assert spec == without and spec.stdin_secret == "hf_token"
-    assert spec.create.splitlines()[1] == "IFS= read -r HF_TOKEN || true; export HF_TOKEN"
+    assert "readonly TOKEN='1'" in spec.create and "IFS= read -r HF_TOKEN" in spec.create
     assert TEST_HF_TOKEN not in spec.create
     raw = {**spark_raw, "hf_token": TEST_HF_TOKEN}
     raw["model"] = {**spark_raw["model"], "hub_endpoint": "http://10.0.0.5:8080/"}
     cfg = load_stack_config(raw)
     spec = weights.weights_download(cfg, cfg.head_node)
-    assert " -e HF_TOKEN -e HF_ENDPOINT=http://10.0.0.5:8080 " in spec.create
+    assert "readonly HUB_ENDPOINT='http://10.0.0.5:8080'" in spec.create
     offline = load_stack_config({**raw, "model": {**raw["model"], "offline": True}})
     spec = weights.weights_download(offline, offline.head_node)
-    assert spec.stdin_secret is None and "HF_TOKEN" not in spec.create  # never downloads
+    # Never downloads: no token read, none asked for.
+    assert spec.stdin_secret is None and "readonly TOKEN='0'" in spec.create
 
 
 @pytest.mark.parametrize(

@@ -18,41 +18,19 @@ from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.specs import commands, containers, facts, model_support, versions, weights
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
-from sparkvllm.specs.ssh import docker_host, docker_ssh_opts, url_host
+from sparkvllm.specs.ssh import Reach, url_host
 
 # The component that holds every part (components/cluster.py).
 CLUSTER_TYPE = "sparkvllm:index:SparkVllmCluster"
 
 
 @dataclass(frozen=True)
-class NodeAccess:
-    """How the workstation reaches one node (no secret: the key stays in its file): ssh for
-    the node's commands, and the docker provider's `ssh://` host and `-o` options."""
-
-    host: str
-    port: int
-    user: str
-    host_key: str | None
-    identity_ref: str  # may start with ~ (ssh and the step runner expand it)
-    docker_host: str
-    docker_ssh_opts: tuple[str, ...]
-    # The jump host the node is reached through, with its verified host key.
-    jump: JumpAccess | None = None
-
-
-@dataclass(frozen=True)
-class JumpAccess:
-    host: str
-    port: int
-    user: str
-    host_key: str | None
-
-
-@dataclass(frozen=True)
 class NodePlan:
     TYPE: ClassVar[str] = "sparkvllm:index:GB10Node"
     name: str
-    access: NodeAccess
+    reach: Reach  # how the workstation reaches the node (ssh, pulumi-command, NodeSteps)
+    docker_host: str  # the docker provider's, over ssh (`reach`'s)
+    docker_ssh_opts: tuple[str, ...]
     facts: CommandSpec
     links: CommandSpec
     # Each judges its step's stdout and raises PreflightError (in the step's create).
@@ -150,29 +128,17 @@ def node(
     cfg: StackConfig,
     n: NodeConfig,
     *,
-    host_key: str | None,
-    identity_ref: str,
+    reach: Reach,
     known_hosts_ref: str,
     control_dir_ref: str,
     token_file: str | None = None,
-    jump_host_key: str | None = None,
 ) -> NodePlan:
-    jump = cfg.jump_for(n)
     public = facts.public_config(cfg)  # what the judges carry into the state
-    opts = docker_ssh_opts(n, identity_ref, known_hosts_ref, control_dir_ref, jump)
-    access = NodeAccess(
-        host=n.ssh.host,
-        port=n.ssh.port,
-        user=n.ssh.user,
-        host_key=host_key,
-        identity_ref=identity_ref,
-        docker_host=docker_host(n),
-        docker_ssh_opts=tuple(opts),
-        jump=JumpAccess(jump.host, jump.port, jump.user, jump_host_key) if jump else None,
-    )
     return NodePlan(
         name=n.name,
-        access=access,
+        reach=reach,
+        docker_host=reach.docker_host(),
+        docker_ssh_opts=tuple(reach.docker_ssh_opts(known_hosts_ref, control_dir_ref)),
         facts=facts.facts_step(cfg, n),
         links=facts.links_step(cfg, n),
         facts_check=partial(facts.facts_check, public, n.name),

@@ -1,7 +1,8 @@
 """Every ssh command line of the project, built in one place (as Ray's autoscaler builds
 its own with one `SSHOptions`): the workstation's ssh to a node (local engine, NodeSteps,
-drift check, sim helpers), the docker provider's `-o` options, and the head-to-worker hops
-that run inside a node's bash.
+drift check, sim helpers), the docker provider's `-o` options, and the option words of the
+head-to-worker ssh that the node scripts run (sparkvllm/scripts). How the workstation
+reaches a node is one type, `Reach`, from the config to the command line.
 
 pulumi-docker shells out to the workstation's `ssh` binary (`docker system dial-stdio` on
 the node), so it needs an identity FILE and a known_hosts FILE; pulumi-command uses Go's SSH
@@ -9,32 +10,20 @@ library with the key and host key as values. Both verify the same configured hos
 
 Safety: the destination is always `-p PORT -l USER -- HOST`: after `--` ssh reads no more
 options, so a host cannot become one, and the user is a separate argv word (the schema also
-refuses users and hosts that start with `-`). Every word of the shell form is quoted;
-only the paths the calling script holds in its own variables (`ShellVar`) expand.
+refuses users and hosts that start with `-`). A node script takes the words as values
+(quoted, never pasted into its text); the files they name are variables OpenSSH expands.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv6Address, ip_address
+from pathlib import Path
+from typing import Any
 
 from sparkvllm.config import JumpConfig, NodeConfig
-
-
-@dataclass(frozen=True)
-class ShellVar:
-    """A path held in a variable of the script an ssh line runs in (shell form only)."""
-
-    name: str
-
-    def __post_init__(self) -> None:
-        if not self.name.isidentifier():
-            raise ValueError(f"not a shell variable name: {self.name!r}")
-
-
-PathRef = str | ShellVar
 
 
 @dataclass(frozen=True)
@@ -47,12 +36,12 @@ class SshOptions:
     `as_given`: those and nothing else (the docker CLI adds none of its own).
     """
 
-    identity: PathRef | None = None
-    known_hosts: PathRef | None = None
+    identity: str | None = None
+    known_hosts: str | None = None
     connect_timeout_s: int = 15
     server_alive_s: int | None = 15
     server_alive_count: int | None = 4
-    control_dir: PathRef | None = None
+    control_dir: str | None = None
     log_level: str | None = None
     # Reach the host through a jump host: ssh runs this (`jump_command`) for the socket.
     proxy_command: str | None = None
@@ -63,14 +52,14 @@ class SshOptions:
     # it on a worker's disk). Without an identity file then: IdentitiesOnly would hide them.
     agent: bool = False
 
-    def _words(self) -> list[tuple[PathRef, ...]]:
-        """Each argv word as parts (literal text and ShellVars)."""
+    def argv(self) -> list[str]:
+        """The options as argv words."""
         if self.as_given:
-            return [(w,) for w in self.extra]
-        opts: list[tuple[PathRef, ...]] = []
+            return list(self.extra)
+        opts: list[str] = []
 
-        def o(*parts: PathRef) -> None:
-            opts.extend([("-o",), parts])
+        def o(*parts: str) -> None:
+            opts.extend(["-o", "".join(parts)])
 
         if self.identity is not None:
             o("IdentityFile=", self.identity)
@@ -100,49 +89,22 @@ class SshOptions:
             o(f"LogLevel={self.log_level}")
         if self.proxy_command is not None:
             o(f"ProxyCommand={self.proxy_command}")
-        opts.extend((w,) for w in self.extra)
+        opts.extend(self.extra)
         return opts
-
-    def argv(self) -> list[str]:
-        """The options as argv words (no shell variables allowed)."""
-        out = []
-        for parts in self._words():
-            if any(isinstance(p, ShellVar) for p in parts):
-                raise ValueError("an ssh option names a shell variable; use shell()")
-            out.append("".join(str(p) for p in parts))
-        return out
-
-    def shell(self) -> list[str]:
-        """The options as shell words: literals quoted, ShellVars as "$name"."""
-        return [_shell_word(parts) for parts in self._words()]
-
-
-def _shell_word(parts: tuple[PathRef, ...]) -> str:
-    return "".join(
-        f'"${p.name}"' if isinstance(p, ShellVar) else shlex.quote(p) if p else "" for p in parts
-    )
 
 
 @dataclass(frozen=True)
 class SshTarget:
-    """A node as ssh reaches it: user, host, port, and the options. The user and port may
-    be variables of the script the line runs in (shell form only): how a node is reached
-    is then a value given at run time, not part of the script's text."""
+    """A node as ssh reaches it: user, host, port, and the options."""
 
-    user: str | ShellVar
+    user: str
     host: str
-    port: int | ShellVar
+    port: int
     options: SshOptions
-
-    def _destination(self) -> list[tuple[PathRef, ...]]:
-        return [("-p",), (_text(self.port),), ("-l",), (self.user,), ("--",), (self.host,)]
 
     def destination(self) -> list[str]:
         """`-p PORT -l USER -- HOST`: after `--` ssh reads no option."""
-        words = self._destination()
-        if any(isinstance(p, ShellVar) for w in words for p in w):
-            raise ValueError("the destination names a shell variable; use shell()")
-        return ["".join(str(p) for p in w) for w in words]
+        return ["-p", str(self.port), "-l", self.user, "--", self.host]
 
     def argv(self, remote_command: str | None = None, *, send_env: Sequence[str] = ()) -> list[str]:
         """`ssh OPTIONS [-o SendEnv=NAME ...] -p PORT -l USER -- HOST [COMMAND]` as argv.
@@ -152,11 +114,6 @@ class SshTarget:
         sent = [w for name in send_env for w in ("-o", f"SendEnv={_env_name(name)}")]
         return ["ssh", *self.options.argv(), *sent, *self.destination(), *tail]
 
-    def shell(self) -> str:
-        """The same line for a bash script (a remote command is appended by the caller)."""
-        words = ["ssh", *self.options.shell(), *map(_shell_word, self._destination())]
-        return " ".join(words)
-
 
 def _env_name(name: str) -> str:
     """A variable name ssh sends as itself: SendEnv takes patterns (`*`, `?`) and a leading
@@ -164,10 +121,6 @@ def _env_name(name: str) -> str:
     if not (name.isascii() and name.isidentifier()):
         raise ValueError(f"not an environment variable name: {name!r}")
     return name
-
-
-def _text(value: int | ShellVar) -> str | ShellVar:
-    return value if isinstance(value, ShellVar) else str(value)
 
 
 def known_hosts_host(host: str, port: int) -> str:
@@ -204,10 +157,6 @@ def url_host(host: str) -> str:
         return host
 
 
-def docker_host(node: NodeConfig) -> str:
-    return f"ssh://{node.ssh.user}@{url_host(node.ssh.host)}:{node.ssh.port}"
-
-
 def proxy_command(jump: SshTarget) -> str:
     """ssh's ProxyCommand through `jump` (what `-J` does, spelled out so the jump host gets
     its own key and host-key options: options on the command line reach only the final
@@ -216,63 +165,115 @@ def proxy_command(jump: SshTarget) -> str:
     return shlex.join(["ssh", *jump.options.argv(), "-W", "%h:%p", *jump.destination()])
 
 
-def jump_command(jump: JumpConfig, identity: str, known_hosts_ref: str) -> str:
-    """The ProxyCommand through a configured jump host, with the node's key."""
-    options = SshOptions(
-        identity=identity,
-        known_hosts=known_hosts_ref if jump.verify_host_key else None,
-        server_alive_s=None,
-        server_alive_count=None,
-    )
-    return proxy_command(SshTarget(jump.user, jump.host, jump.port, options))
+@dataclass(frozen=True)
+class Jump:
+    """A jump host the workstation reaches a node through: its own user, port and pinned
+    host key (None: not verified, the config's opt-out)."""
+
+    host: str
+    port: int
+    user: str
+    host_key: str | None
 
 
-def docker_ssh_options(
-    node: NodeConfig,
-    identity_ref: str,
-    known_hosts_ref: str,
-    control_dir_ref: str,
-    jump: JumpConfig | None = None,
-) -> SshOptions:
-    """Options for the docker provider's ssh. The paths are given as the caller names them
-    (`~/...`: ssh expands `~` itself), so the provider's config is the same on every
-    workstation. The control socket lives in the stack's own 0700 directory."""
-    return SshOptions(
-        identity=identity_ref,
-        known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
-        server_alive_count=None,
-        control_dir=control_dir_ref,
-        proxy_command=jump_command(jump, identity_ref, known_hosts_ref) if jump else None,
-    )
+@dataclass(frozen=True)
+class Reach:
+    """How the workstation reaches one node: the one type from the config to the ssh
+    command line. Built once per node from the config and the workstation's files
+    (sparkvllm.workstation.prepare_ssh_access); every consumer takes it: the NodeSteps
+    (their inputs, `props`, and their ssh, `target`), pulumi-command (`connection`), the
+    docker provider (`docker_host`, `docker_ssh_opts`) and the tools (`ssh_target`). No
+    secret inside: the key stays in its file.
 
+    `host_key` None: the host key is not verified (the config's explicit opt-out).
+    `identity_file` as inputs name it (under `~`, which ssh expands itself)."""
 
-def docker_ssh_opts(
-    node: NodeConfig,
-    identity_ref: str,
-    known_hosts_ref: str,
-    control_dir_ref: str,
-    jump: JumpConfig | None = None,
-) -> list[str]:
-    """The docker provider's `sshOpts` (each `-o` its own argv word)."""
-    return docker_ssh_options(node, identity_ref, known_hosts_ref, control_dir_ref, jump).argv()
+    host: str
+    port: int
+    user: str
+    host_key: str | None
+    identity_file: str
+    jump: Jump | None = None
 
+    def connection(self) -> dict[str, Any]:
+        """pulumi-command's connection fields (its camelCase names), without the key."""
+        conn: dict[str, Any] = {
+            "host": self.host, "port": self.port, "user": self.user, "hostKey": self.host_key
+        }  # fmt: skip
+        if (j := self.jump) is not None:
+            conn["proxy"] = {"host": j.host, "port": j.port, "user": j.user, "hostKey": j.host_key}
+        return conn
 
-def node_options(
-    node: NodeConfig, identity: PathRef, known_hosts_ref: PathRef, jump: JumpConfig | None = None
-) -> SshOptions:
-    """The workstation's (or the head's) ssh to `node` with its key and host-key policy:
-    the docker provider's options without connection sharing. A jump host only from the
-    workstation (nodes reach each other directly)."""
-    proxy = None
-    if jump is not None:
-        if not isinstance(identity, str) or not isinstance(known_hosts_ref, str):
-            raise ValueError("a jump host is for the workstation's ssh (paths, not variables)")
-        proxy = jump_command(jump, identity, known_hosts_ref)
-    return SshOptions(
-        identity=identity,
-        known_hosts=known_hosts_ref if node.ssh.verify_host_key else None,
-        proxy_command=proxy,
-    )
+    def target(self, files: Any) -> SshTarget:
+        """ssh to the node as pulumi-command dials it, its host keys written as files into
+        `files` (sparkvllm.remote.ConnectionFiles), the key from its file."""
+        return files.target(self.connection(), key_file=str(Path(self.identity_file).expanduser()))
+
+    def _proxy(self, identity: str, known_hosts_ref: str) -> str | None:
+        """ssh's ProxyCommand through the jump host (with the node's key), if any."""
+        if (j := self.jump) is None:
+            return None
+        options = SshOptions(
+            identity=identity,
+            known_hosts=known_hosts_ref if j.host_key else None,
+            server_alive_s=None,
+            server_alive_count=None,
+        )
+        return proxy_command(SshTarget(j.user, j.host, j.port, options))
+
+    def ssh_target(self, known_hosts_file: str) -> SshTarget:
+        """ssh from the workstation (the tools: drift check, diagnostics, the sim's
+        helpers), verifying the host keys in `known_hosts_file`."""
+        identity = str(Path(self.identity_file).expanduser())
+        options = SshOptions(
+            identity=identity,
+            known_hosts=known_hosts_file if self.host_key else None,
+            proxy_command=self._proxy(identity, known_hosts_file),
+        )
+        return SshTarget(self.user, self.host, self.port, options)
+
+    def docker_host(self) -> str:
+        return f"ssh://{self.user}@{url_host(self.host)}:{self.port}"
+
+    def docker_ssh_opts(self, known_hosts_ref: str, control_dir_ref: str) -> list[str]:
+        """The docker provider's `sshOpts` (each `-o` its own argv word). The paths as the
+        caller names them (`~/...`), so the provider's config is the same on every
+        workstation; the control socket in the stack's own 0700 directory (the provider
+        opens a new ssh for every API call)."""
+        return SshOptions(
+            identity=self.identity_file,
+            known_hosts=known_hosts_ref if self.host_key else None,
+            server_alive_count=None,
+            control_dir=control_dir_ref,
+            proxy_command=self._proxy(self.identity_file, known_hosts_ref),
+        ).argv()
+
+    def props(self, prefix: str = "") -> dict[str, Any]:
+        """As a NodeStep's inputs (`read_` ones for the node it reads back): the jump only
+        when there is one (an existing step's inputs stay as they were)."""
+        out: dict[str, Any] = {
+            f"{prefix}host": self.host,
+            f"{prefix}port": self.port,
+            f"{prefix}user": self.user,
+            f"{prefix}host_key": self.host_key,
+        }
+        if (j := self.jump) is not None:
+            out[f"{prefix}jump"] = [j.host, j.port, j.user, j.host_key]
+        return out
+
+    @classmethod
+    def from_props(cls, props: Mapping[str, Any], prefix: str = "") -> Reach:
+        """The Reach a NodeStep's inputs (`props(prefix)`) hold, with its key file (a read
+        node's own, else the step's)."""
+        jump = props.get(f"{prefix}jump")
+        return cls(
+            host=str(props[f"{prefix}host"]),
+            port=int(props[f"{prefix}port"]),
+            user=str(props[f"{prefix}user"]),
+            host_key=props.get(f"{prefix}host_key") or None,
+            identity_file=str(props.get(f"{prefix}identity_file") or props["identity_file"]),
+            jump=Jump(str(jump[0]), int(jump[1]), str(jump[2]), jump[3] or None) if jump else None,
+        )
 
 
 # The head's ssh to a node from a node script (sparkvllm/scripts/lib/peer_ssh.sh,
@@ -296,13 +297,3 @@ def relay_options(verify_host_key: bool) -> list[str]:
     host key verified (unless the config opts out)."""
     known_hosts = PEER_FILES[1] if verify_host_key else None
     return SshOptions(known_hosts=known_hosts, agent=True).argv()
-
-
-def node_target(
-    node: NodeConfig, identity_file: str, known_hosts_file: str, jump: JumpConfig | None = None
-) -> SshTarget:
-    """ssh from the workstation to `node` (same key and host-key policy as the provider)."""
-    return SshTarget(
-        node.ssh.user, node.ssh.host, node.ssh.port,
-        node_options(node, identity_file, known_hosts_file, jump),
-    )  # fmt: skip

@@ -144,12 +144,13 @@ _KEPT = ("stdout", "expected", "observed", "generation", "read", "read_stdin")
 def _reruns(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
     """The defining inputs that changed: each re-runs the step. For a scripted step, what
     its scripts do (`defines`) stands for their texts; one recorded before its scripts
-    were files (no `defines`) is adopted instead (`_recorded`)."""
+    were files (no `defines`) is adopted instead when a read-back vouches for it
+    (`_adoptable`, `_recorded`), else its new text re-runs it."""
     keys: list[str] = list(_DEFINING)
-    if news.get("defines"):
+    if olds.get("defines") and news.get("defines"):
+        keys = [*(k for k in keys if k not in _SCRIPTED), "defines"]
+    elif _adoptable(olds, news):
         keys = [k for k in keys if k not in _SCRIPTED]
-        if olds.get("defines"):
-            keys.append("defines")
     return [k for k in keys if olds.get(k) != news.get(k)]
 
 
@@ -162,9 +163,16 @@ def _recorded(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
     keys = [k for k in _ACCESS if olds.get(k) != news.get(k)]
     if news.get("reads") and olds.get("reads") != news.get("reads"):
         keys += [k for k in _READS if olds.get(k) != news.get(k)]
-    if news.get("defines") and not olds.get("defines"):
+    if _adoptable(olds, news):
         keys += [k for k in (*_SCRIPTED, "defines") if olds.get(k) != news.get(k)]
     return keys
+
+
+def _adoptable(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """A step recorded before its scripts were files, which a read-back vouches for (its
+    last read found the node as it left it). A check has no read: nothing vouches for what
+    it found, so it runs again (a read-only preflight: seconds, nothing built on it)."""
+    return bool(news.get("defines") and not olds.get("defines") and olds.get("read"))
 
 
 def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:

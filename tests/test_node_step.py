@@ -143,6 +143,13 @@ BEFORE = {**BASE, "create": "stream (inline)", "read": "echo fingerprint=$(fp) (
         # ... unless the node no longer shows it, or more than its texts changed.
         ({**BEFORE, "observed": ""}, SCRIPTED, ["observed"], None),
         (BEFORE, {**SCRIPTED, "triggers": ["ref:2"]}, ["triggers"], None),
+        # A check (no read-back) recorded before: nothing vouches for it, it runs again.
+        (
+            {**BEFORE, "read": None, "state_key": None},
+            {**SCRIPTED, "read": None, "state_key": None, "reads": None},
+            ["create"],
+            None,
+        ),
     ],
     ids=[
         "reworded",
@@ -152,6 +159,7 @@ BEFORE = {**BASE, "create": "stream (inline)", "read": "echo fingerprint=$(fp) (
         "adopted",
         "adopted gone",
         "adopted retriggered",
+        "a check is not adopted",
     ],
 )
 def test_a_scripted_step_is_defined_by_what_its_scripts_do(

@@ -68,13 +68,14 @@ def _blobs_now(seed: str) -> dict[str, str]:
         "from components.node_step import NodeStepProvider\n"
         "from sparkvllm.config import load_stack_config\n"
         "from sparkvllm.specs import plans\n"
+        "from sparkvllm.specs.ssh import Reach\n"
         "from tests.conftest import TEST_PRIVATE_KEY, stack_file\n"
         "raw = stack_file('spark'); raw['ssh_private_key'] = TEST_PRIVATE_KEY\n"
         "cfg = load_stack_config(raw)\n"
         "out = {}\n"
         "for n in cfg.nodes:\n"
-        "    p = plans.node(cfg, n, host_key=n.ssh.host_key, identity_ref='~/id',\n"
-        "                   known_hosts_ref='~/kh', control_dir_ref='~/cm')\n"
+        "    reach = Reach(n.ssh.host, n.ssh.port, n.ssh.user, n.ssh.host_key, '~/id')\n"
+        "    p = plans.node(cfg, n, reach=reach, known_hosts_ref='~/kh', control_dir_ref='~/cm')\n"
         "    out[f'{n.name}-facts'] = serialize_provider(NodeStepProvider(judge=p.facts_check))\n"
         "    out[f'{n.name}-links'] = serialize_provider(NodeStepProvider(judge=p.links_check))\n"
         "out['step'] = serialize_provider(NodeStepProvider())\n"
@@ -145,18 +146,20 @@ def test_a_state_written_by_earlier_code_loads_in_the_provider_host(fixture: Pat
 
 # What upgrading a deployed stack costs: each step a later change re-runs (and why), and
 # never a container. A change that re-runs more must say so here.
-# Each node's preflight facts read each RDMA device's PCI address (the RoCE twin warning,
-# after 9460579): the read-only facts run again on every node (about a second each).
-FACTS = {"spark-1-facts", "spark-2-facts"}
+# The preflight checks (each node's facts and links, the head's hub access) are script
+# files since the stop after d3ba419: a check has no read-back to vouch for what it found
+# in an earlier state, so it runs again (read-only, about a second each; nothing is built
+# on them). The facts also read each RDMA device's PCI address since 9460579.
+CHECKS = {"spark-1-facts", "spark-2-facts", "spark-1-links", "spark-2-links",
+          "spark-1-hub-access"}  # fmt: skip
 RERUN_ON_UPGRADE = {
-    # The last landed code of stop 20. Its steps now made of script files (the image, the
-    # weights, the hub check, the Ray wait, the guard) are adopted as they stand; the
-    # facts, still built as strings, run again (they read more since).
-    "1f47042": FACTS,
-    # The code that introduced the provider contract: since then only the facts changed.
-    "ab4b42b": FACTS,
-    # The last code before the node scripts became files (stop 31): nothing re-runs.
-    "d3ba419": set(),
+    # The last landed code of stop 20. Its steps now made of script files with a
+    # read-back (the image, the weights, the Ray wait, the guard) are adopted as they stand.
+    "1f47042": CHECKS,
+    # The code that introduced the provider contract.
+    "ab4b42b": CHECKS,
+    # The last code before the node scripts became files (stop 31).
+    "d3ba419": CHECKS,
 }  # fmt: skip
 # Steps made of script files since those states were written are adopted as they stand
 # (node_step.py `_recorded`): an update that runs nothing and keeps their generations, so

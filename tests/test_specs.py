@@ -1001,7 +1001,6 @@ def test_nccl_build_is_read_from_the_librarys_own_version_string(tmp_path: Path)
     import subprocess
 
     from sparkvllm.probes import image_versions
-    from sparkvllm.specs.facts import nccl_host_script
     from sparkvllm.specs.versions import nccl_report
 
     lib = tmp_path / "lib"
@@ -1014,9 +1013,13 @@ def test_nccl_build_is_read_from_the_librarys_own_version_string(tmp_path: Path)
     assert image_versions.nccl_build(str(lib / "libnccl.so.2.27.3")) == "2.27.3+cuda12.9"
     assert image_versions.system_nccl((str(lib / "libnccl.so.*"),)) == "2.27.3+cuda12.9"
 
+    library = scripts.load("lib/nccl_library").body
+
     def host(globs: tuple[str, ...]) -> str:
-        done = subprocess.run(["bash", "-c", f"set -euo pipefail; {nccl_host_script(globs)}"],
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        done = subprocess.run(
+            ["bash", "-c", f'set -euo pipefail\n{library}\nnccl_host "$@"', "_", *globs],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
         return done.stdout.strip()
 
     assert host((str(lib / "libnccl.so.*"),)) == "nccl_host=2.27.3+cuda12.9"
@@ -1216,19 +1219,19 @@ def test_the_hosts_nccl_is_found_and_its_version_read_at_preflight(
     """Under bash, on files of this test: the configured path (a symlink, as Debian's
     libnccl.so.2) resolves to its file and the version compiled into it; a missing one
     stops the node, naming node and path, before anything is deployed."""
-    from sparkvllm.specs.facts import nccl_library_script
-
     lib = tmp_path / "libnccl.so.2.21.5"
     lib.write_bytes(b"\x7fELF...NCCL version 2.21.5+cuda12.4\x00...")
     (tmp_path / "libnccl.so.2").symlink_to(lib.name)
     cfg = _host_nccl(spark_raw, str(tmp_path / "libnccl.so.2"))
     assert cfg.host_nccl == str(tmp_path / "libnccl.so.2")
-    assert nccl_library_script(cfg.host_nccl) in facts_command(cfg, cfg.nodes[1])
+    assert f"readonly NCCL_PATH='{cfg.host_nccl}'" in facts_command(cfg, cfg.nodes[1])
+    library = scripts.load("lib/nccl_library").body
 
     def facts(path: str) -> Any:
         out = subprocess.run(
-            ["bash", "-c", nccl_library_script(path)], capture_output=True, text=True, check=True
-        )
+            ["bash", "-c", f'{library}\nnccl_library "$1"', "_", path],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
         return parse_facts(healthy_facts(cfg, cfg.nodes[1]) + "\n" + out.stdout)
 
     found = facts(str(tmp_path / "libnccl.so.2"))
@@ -1246,7 +1249,8 @@ def test_the_hosts_nccl_is_found_and_its_version_read_at_preflight(
     ]
     # The image's NCCL (the default): the facts command reads no library path.
     image = load_stack_config(spark_raw)
-    assert image.host_nccl is None and "nccl_lib=" not in facts_command(image, image.nodes[1])
+    assert image.host_nccl is None
+    assert "readonly NCCL_PATH=''" in facts_command(image, image.nodes[1])
 
 
 def test_the_hosts_nccl_is_mounted_and_preloaded_in_every_ray_and_rank_container(

@@ -11,9 +11,9 @@ fact); the checks turn facts into problems that name the node and the fact.
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 
+from sparkvllm import scripts
 from sparkvllm.config import SECRET_FIELDS, NodeConfig, StackConfig
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.output import key_values
@@ -22,56 +22,19 @@ from sparkvllm.specs.output import key_values
 MIN_DOCKER_API = (1, 41)
 
 
-def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
-    """Shell script that prints the node's facts as key=value lines (bash, no sudo)."""
-    netdev = shlex.quote(node.cluster_link.netdev)
-    cache = shlex.quote(cfg.model.hf_cache)
-    return "\n".join(
-        [
-            "set -u",
-            "echo arch=$(uname -m)",
-            "echo kernel=$(uname -r)",
-            "echo hostname=$(hostname)",
-            "echo mem_total_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)",
-            "echo mem_available_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)",
-            "if command -v docker >/dev/null 2>&1; then",
-            "  echo docker_version=$(docker version --format '{{.Server.Version}}' 2>/dev/null)",
-            "  echo docker_api=$(docker version --format '{{.Server.APIVersion}}' 2>/dev/null)",
-            "else echo docker_version=; echo docker_api=; fi",
-            "if command -v nvidia-smi >/dev/null 2>&1; then",
-            (
-                "  g=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null"
-                " | head -1)"
-            ),
-            '  echo gpu_name="${g%%,*}"; echo gpu_driver="$(echo ${g#*,})"',
-            "  echo gpu_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
-            "else echo gpu_name=; echo gpu_driver=; echo gpu_count=0; fi",
-            f"d=/sys/class/net/{netdev}",
-            'if [ -e "$d" ]; then',
-            '  echo netdev_present=1; echo netdev_state=$(cat "$d/operstate")',
-            '  echo netdev_mtu=$(cat "$d/mtu")',
-            (
-                f"  echo netdev_addresses=$(ip -o -4 addr show dev {netdev} 2>/dev/null"
-                " | awk '{print $4}' | cut -d/ -f1 | paste -sd, -)"
-            ),
-            (
-                "else echo netdev_present=0; echo netdev_state=; echo netdev_mtu=0;"
-                " echo netdev_addresses=; fi"
-            ),
-            "echo netdevs=$(ls /sys/class/net | paste -sd, -)",
-            "echo rdma_devices=$(ls /sys/class/infiniband 2>/dev/null | paste -sd, -)",
-            # Each HCA's PCI address: a GB10's ConnectX-7 port is two PCIe halves.
-            (
-                'echo rdma_pci=$(for d in /sys/class/infiniband/*; do [ -e "$d" ] && '
-                'echo "${d##*/}@$(basename "$(readlink -f "$d/device")")"; done | paste -sd, -)'
-            ),
-            f"echo hf_cache_free_kb=$(df -Pk {cache} 2>/dev/null | awk 'NR==2{{print $4}}')",
-            # The host's own NCCL, if any (the image brings its own; they should agree).
-            nccl_host_script(),
-            # nccl.library host: the library the containers will load, where it really is.
-            *([nccl_library_script(cfg.host_nccl)] if cfg.host_nccl else []),
-        ]
+def facts_script(cfg: StackConfig, node: NodeConfig) -> scripts.Rendered:
+    """The node's facts as key=value lines (scripts/facts.sh: bash, no sudo)."""
+    return scripts.render(
+        "facts",
+        NETDEV=node.cluster_link.netdev,
+        HF_CACHE=cfg.model.hf_cache,
+        HOST_NCCL_GLOBS=list(HOST_NCCL_GLOBS),
+        NCCL_PATH=cfg.host_nccl or "",
     )
+
+
+def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
+    return facts_script(cfg, node).text
 
 
 @dataclass(frozen=True)
@@ -184,41 +147,6 @@ HOST_NCCL_GLOBS = (
 )  # fmt: skip
 
 
-def nccl_host_script(globs: tuple[str, ...] = HOST_NCCL_GLOBS) -> str:
-    """Bash printing `nccl_host=`: the newest libnccl.so.X.Y.Z there, as its build
-    ("2.27.3+cuda12.9", from the version string compiled into it) or else its file name's
-    release; empty without one."""
-    return (
-        f"lib=$(ls {' '.join(globs)} 2>/dev/null | grep -E '[.]so[.][0-9]+[.][0-9]+[.][0-9]+$' "
-        "| sort -V | tail -n 1 || true); b=; "
-        f'[ -z "$lib" ] || {_nccl_build("$lib")}; '
-        "echo nccl_host=${b:-${lib##*.so.}}"
-    )
-
-
-def _nccl_build(lib: str) -> str:
-    """Bash: $b set to the build compiled into the library file `lib` ("2.27.3+cuda12.9"),
-    empty when it holds none."""
-    return (
-        "b=$(grep -aoE -m1 'NCCL version [0-9]+[.][0-9]+[.][0-9]+[+]cuda[0-9]+[.][0-9]+' "
-        f"\"{lib}\" | head -n 1 | cut -d' ' -f3 || true)"
-    )
-
-
-def nccl_library_script(path: str) -> str:
-    """Bash printing `nccl_lib=` (the file `path` resolves to, empty when there is none)
-    and `nccl_lib_version=` (its build, else its file name's release)."""
-    return "; ".join(
-        [
-            f"r=$(readlink -f {shlex.quote(path)} 2>/dev/null || true)",
-            'if [ -n "$r" ] && [ -f "$r" ] && [ -r "$r" ]; then echo nccl_lib="$r"',
-            _nccl_build("$r"),
-            'v=${r##*.so.}; echo nccl_lib_version="${b:-$v}"',
-            "else echo nccl_lib=; echo nccl_lib_version=; fi",
-        ]
-    )
-
-
 def check_facts(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> list[str]:
     """Problems that stop the deployment on this node, each naming node and fact."""
     n = node.name
@@ -320,15 +248,19 @@ class PreflightError(Exception):
 
 
 def facts_step(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    facts = facts_script(cfg, node)
     return CommandSpec(
-        name=f"{node.name}-facts", node=node.name, create=facts_command(cfg, node), timeout_s=120
-    )
+        name=f"{node.name}-facts", node=node.name, create=facts.text, timeout_s=120,
+        defines=facts.identity,
+    )  # fmt: skip
 
 
 def links_step(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    links = links_script(cfg, node)
     return CommandSpec(
-        name=f"{node.name}-links", node=node.name, create=links_command(cfg, node), timeout_s=120
-    )
+        name=f"{node.name}-links", node=node.name, create=links.text, timeout_s=120,
+        defines=links.identity,
+    )  # fmt: skip
 
 
 def public_config(cfg: StackConfig) -> str:
@@ -392,31 +324,23 @@ def verdict(
     return facts.as_output(), warnings_for(node, facts) + link_warnings
 
 
-def links_command(cfg: StackConfig, node: NodeConfig) -> str:
+def links_script(cfg: StackConfig, node: NodeConfig) -> scripts.Rendered:
     """From `node`, for every other node: the route the kernel picks to its cluster address
     (device and source address), a TCP connect to its sshd, and a don't-fragment ping at
-    the expected MTU. Prints `peer.<name>.<fact>=value` lines; never fails by itself."""
-    lines = ["set -u"]
-    for peer in cfg.nodes:
-        if peer.name == node.name:
-            continue
-        addr = str(peer.cluster_link.address)
-        key = f"peer.{peer.name}"
-        size = node.cluster_link.expected_mtu - 28  # IPv4 + ICMP headers
-        lines += [
-            f"echo {key}.route=$(ip -o route get {addr} 2>/dev/null | head -1)",
-            (
-                f"if timeout 5 bash -c '</dev/tcp/{addr}/{peer.ssh.port}' 2>/dev/null;"
-                f" then echo {key}.tcp=ok; else echo {key}.tcp=fail; fi"
-            ),
-            "if command -v ping >/dev/null 2>&1; then",
-            (
-                f"  if ping -c 1 -W 2 -M do -s {size} {addr} >/dev/null 2>&1;"
-                f" then echo {key}.mtu=ok; else echo {key}.mtu=fail; fi"
-            ),
-            f"else echo {key}.mtu=unknown; fi",
-        ]
-    return "\n".join(lines)
+    the expected MTU (scripts/links.sh). Prints `peer.<name>.<fact>=value` lines; never
+    fails by itself."""
+    peers = [p for p in cfg.nodes if p.name != node.name]
+    return scripts.render(
+        "links",
+        PEER_NAMES=[p.name for p in peers],
+        PEER_ADDRESSES=[str(p.cluster_link.address) for p in peers],
+        PEER_PORTS=[str(p.ssh.port) for p in peers],
+        PING_SIZE=node.cluster_link.expected_mtu - 28,  # IPv4 + ICMP headers
+    )
+
+
+def links_command(cfg: StackConfig, node: NodeConfig) -> str:
+    return links_script(cfg, node).text
 
 
 def _route_fields(route: str) -> dict[str, str]:

@@ -23,9 +23,14 @@ from sim import stack
 from sparkvllm import scripts
 from sparkvllm.config import StackConfig
 from sparkvllm.specs import weights
-from sparkvllm.specs.commands import CommandSpec, env_assignments, image_sync, peer_env
+from sparkvllm.specs.commands import (
+    CommandSpec,
+    env_assignments,
+    image_sync,
+    peer_env,
+    peer_values,
+)
 from sparkvllm.specs.output import key_values
-from sparkvllm.specs.ssh import peer_options
 from sparkvllm.workstation import SshAccess
 
 NETDEV = "eth0"  # the sim nodes' interface (sim/settings.py NODE_INTERFACE)
@@ -60,13 +65,7 @@ class Sim:
         """`pipe` run on the head, where `remote CMD` runs CMD on the worker (the program's
         own prelude: the key on stdin, the host key checked)."""
         target = next(n for n in self.cfg.nodes if n.name == self.worker)
-        session = scripts.render(
-            "peer_session",
-            HEAD_NAME=self.head,
-            TARGET_NAME=target.name,
-            TARGET_ADDRESS=str(target.cluster_link.address),
-            SSH_OPTS=peer_options(target.ssh.verify_host_key),
-        )
+        session = scripts.render("peer_session", **peer_values(self.cfg, target))
         lines = [session.text, pipe]
         env = env_assignments(peer_env(target, self.access.host_keys.get(self.worker)))
         return self.on(

@@ -147,6 +147,17 @@ def name_kept_for(cfg: StackConfig) -> str | None:
     return f"digest={img.repository}@{img.digest}" if img.digest else None
 
 
+def peer_values(cfg: StackConfig, target: NodeConfig) -> dict[str, scripts.Value]:
+    """How a step on the head reaches `target` over the cluster link: the values of
+    scripts/lib/peer_ssh.sh (its user, port and host key come at run time: `peer_env`)."""
+    return {
+        "HEAD_NAME": cfg.head_node.name,
+        "TARGET_NAME": target.name,
+        "TARGET_ADDRESS": str(target.cluster_link.address),
+        "SSH_OPTS": peer_options(target.ssh.verify_host_key),
+    }
+
+
 def peer_env(node: NodeConfig, host_key: str | None) -> tuple[tuple[str, str], ...]:
     """How a head-to-worker step reaches `node`, as run-time values (CommandSpec.env): its
     ssh user, port and pinned host key (empty: not verified, the config's opt-out)."""
@@ -179,10 +190,7 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
     ref = cfg.image.local_ref
     sync = scripts.render(
         "image_sync",
-        HEAD_NAME=cfg.head_node.name,
-        TARGET_NAME=target.name,
-        TARGET_ADDRESS=str(target.cluster_link.address),
-        SSH_OPTS=peer_options(target.ssh.verify_host_key),
+        **peer_values(cfg, target),
         REF=ref,
         LAYER_FILTER=scripts.Probe("image_layers"),
     )

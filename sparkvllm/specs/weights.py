@@ -10,9 +10,8 @@ import json
 
 from sparkvllm import scripts
 from sparkvllm.config import HUB_ENDPOINT, NodeConfig, StackConfig
-from sparkvllm.specs.commands import CommandSpec, peer_env
+from sparkvllm.specs.commands import CommandSpec, peer_env, peer_values
 from sparkvllm.specs.environment import HF_HOME
-from sparkvllm.specs.ssh import peer_options
 
 # The suffix of a blob whose copy is in progress (scripts/lib/weights.sh).
 PART = ".sparkvllm-part"
@@ -144,10 +143,7 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
     port and host key come at run time (`peer_env`)."""
     sync = scripts.render(
         "weights_sync",
-        HEAD_NAME=cfg.head,
-        TARGET_NAME=target.name,
-        TARGET_ADDRESS=str(target.cluster_link.address),
-        SSH_OPTS=peer_options(target.ssh.verify_host_key),
+        **peer_values(cfg, target),
         MODEL_ID=cfg.model.id,
         REPO_DIR=repo_dir(cfg),
         REVISION=cfg.model.revision,

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import copy
+import shutil
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +93,13 @@ class AnswerStep(DynamicProvider):
 
 @pytest.fixture
 def base(spark_raw: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    return base_config(spark_raw, tmp_path)
+
+
+def base_config(spark_raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The spark stack's config with a key file in `folder`, MTP and an API key."""
     raw = copy.deepcopy(spark_raw)
-    key = tmp_path / "id_test"
+    key = folder / "id_test"
     key.write_text(TEST_PRIVATE_KEY)
     raw.pop("ssh_private_key")
     raw["ssh_private_key_file"] = str(key)
@@ -242,16 +249,47 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], set[str]]] = [
 ]
 
 
+@dataclass
+class Deployed:
+    """The base config deployed once for every case below (its state, its in-memory node,
+    its workstation folder), each case starting from a copy: the same start as a deploy
+    of its own, without running it again."""
+
+    raw: dict[str, Any]
+    backend: Path
+    node: Node
+    state_dir: Path
+
+
+@pytest.fixture(scope="module")
+def deployed_base(tmp_path_factory: pytest.TempPathFactory) -> Deployed:
+    from tests.conftest import stack_file
+
+    work = tmp_path_factory.mktemp("base")
+    raw = {**stack_file("spark"), "ssh_private_key": TEST_PRIVATE_KEY}
+    raw = base_config(raw, work)
+    # An explicit launcher: every preview is exact (tests/test_launcher.py: auto's).
+    raw = {**raw, "parallelism": {**raw["parallelism"], "launcher": "ray"}}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPARKVLLM_STATE_DIR", str(work / "state"))
+        stack = Stack(work / "backend", env)
+        stack.run("up", raw)
+        assert changed(stack.run("up", raw)) == {}, "a second up is a no-op"
+    return Deployed(raw, work / "backend", stack.node, work / "state")
+
+
 @pytest.mark.parametrize(("change", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_preview_equals_up_and_only_what_must_change_changes(
-    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    deployed_base: Deployed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     change: Callable[[dict[str, Any]], None], expected: set[str],
 ) -> None:  # fmt: skip
+    monkeypatch.setenv("SPARKVLLM_STATE_DIR", str(deployed_base.state_dir))
+    shutil.copytree(deployed_base.backend, tmp_path / "backend")
     stack = Stack(tmp_path / "backend", monkeypatch)
-    # An explicit launcher: every preview is exact (tests/test_launcher.py: auto's).
-    base = {**base, "parallelism": {**base["parallelism"], "launcher": "ray"}}
-    stack.run("up", base)
-    assert changed(stack.run("up", base)) == {}, "a second up is a no-op"
+    stack.node = copy.deepcopy(deployed_base.node)
+    base = deployed_base.raw
+    # The key as deployed (the key-rotation case writes another into the file).
+    Path(base["ssh_private_key_file"]).write_text(TEST_PRIVATE_KEY)
     after = copy.deepcopy(base)
     change(after)
     plan = changed(stack.run("preview", after))

@@ -625,7 +625,7 @@ def test_link_checks(
 
 def test_links_command_runs_and_reports_each_peer(spark_raw: dict[str, Any]) -> None:
     """Runs here for real, with every peer on loopback (no traffic leaves this machine)."""
-    from sparkvllm.specs.facts import links_command
+    from sparkvllm.specs.facts import links_script
 
     raw = four_node_raw(spark_raw)
     for i, n in enumerate(raw["nodes"]):
@@ -633,7 +633,10 @@ def test_links_command_runs_and_reports_each_peer(spark_raw: dict[str, Any]) -> 
         n["ssh"]["port"] = 9  # nothing listens: tcp=fail, quickly
     cfg = load_stack_config(raw)
     out = subprocess.run(
-        ["bash", "-c", links_command(cfg, cfg.nodes[0])], capture_output=True, text=True, check=True
+        ["bash", "-c", links_script(cfg, cfg.nodes[0]).text],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     keys = {line.split("=", 1)[0] for line in out.stdout.splitlines()}
     for peer in ("spark-2", "spark-3", "spark-4"):

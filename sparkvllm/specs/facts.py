@@ -339,10 +339,6 @@ def links_script(cfg: StackConfig, node: NodeConfig) -> scripts.Rendered:
     )
 
 
-def links_command(cfg: StackConfig, node: NodeConfig) -> str:
-    return links_script(cfg, node).text
-
-
 def _route_fields(route: str) -> dict[str, str]:
     words = route.split()
     return {words[i]: words[i + 1] for i in range(len(words) - 1) if words[i] in ("dev", "src")}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pulumi
 
+from components.cluster_link import ClusterLinks, ClusterLinksArgs
 from components.gb10_node import GB10Node, GB10NodeArgs
 from components.model_server import ModelServer, ModelServerArgs
 from components.model_weights import ModelWeights, ModelWeightsArgs
@@ -56,8 +57,10 @@ def deploy(
         )
         key = pulumi.Output.secret(access.key_of(n.name))  # the node's own, else the stack's
         nodes[n.name] = GB10Node(node_plan.name, GB10NodeArgs(node_plan, key), top)
+    links_plan = plans.links(cfg, access.host_keys)
+    links = ClusterLinks(links_plan.name, ClusterLinksArgs(links_plan, nodes), top)
     image_plan = plans.image(cfg, access.host_keys)
-    image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes), top)
+    image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes, links.measured), top)
     weights_plan = plans.model_weights(cfg, access.host_keys, access.hf_token_ref)
     weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
 
@@ -97,6 +100,7 @@ def deploy(
             "weights_manifest": weights.manifest,
         },
         "nodes": {name: node.facts for name, node in nodes.items()},
+        "links": links.rates,
         "nccl": pulumi.Output.all(
             image.versions, {n: node.facts for n, node in nodes.items()}, serving["health"]
         ).apply(lambda v: _nccl(cfg.nccl.library, *v)),

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import pulumi
 
@@ -32,6 +33,9 @@ from sparkvllm.specs.plans import ImagePlan
 class SyncedImageArgs:
     plan: ImagePlan
     nodes: Mapping[str, GB10Node]
+    # Resolves once the cluster link was measured (ClusterLinks.measured): no transfer
+    # may share the link with a measurement.
+    link_measured: pulumi.Output[Any] | None = None
 
 
 class SyncedImage(pulumi.ComponentResource):
@@ -89,7 +93,9 @@ class SyncedImage(pulumi.ComponentResource):
         # step then finds it in place, or sends what that worker still lacks, and is what
         # a refresh reads back.
         relayed: pulumi.Output[list[str]] = pulumi.Output.from_input([])
-        before: list[pulumi.Resource] = [obtain]
+        before: list[pulumi.Input[Any]] = [obtain]
+        if args.link_measured is not None:
+            before.append(args.link_measured)
         if plan.relay is not None:
             relay = NodeStep(
                 plan.relay,
@@ -101,7 +107,7 @@ class SyncedImage(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[
-                        obtain,
+                        *before,
                         self.model_checked,
                         *(args.nodes[n].checked for n in plan.streams),
                     ],

@@ -216,7 +216,8 @@ def explain(stack: str, diffs: dict[str, list[str]], plan: dict[str, str], kinds
     """What a deployed stack would do with this checkout, one line a resource."""
     lines = [f"the {stack} stack's node commands differ from tests/golden/{stack}.txt:"]
     for name in sorted(set(diffs) | set(plan)):
-        op = plan.get(name, "same")
+        # A resource the golden copy lacks is new to a deployed stack: created there.
+        op = "create" if diffs.get(name) == ["added"] else plan.get(name, "same")
         kind = kinds.get(name, {}).get("kind", "")
         does = {
             "replace": "REPLACED" if kind == "container" else "RE-RUNS",

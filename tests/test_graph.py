@@ -164,6 +164,7 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
         "sparkvllm:index:RayWorker",
         "sparkvllm:index:ModelServer",
         "sparkvllm:index:ModelWeights",
+        "sparkvllm:index:ClusterLinks",
         "sparkvllm:index:SparkVllmCluster",
     }
     # Every part sits in the one cluster component.
@@ -184,6 +185,7 @@ def test_children_are_parented_to_their_component(spark_raw: dict[str, Any]) -> 
         },
         NODE_STEP: {
             "sparkvllm:index:GB10Node",  # the preflight: facts, links, the head's hub check
+            "sparkvllm:index:ClusterLinks",  # the preflight's link measurements
             "sparkvllm:index:SyncedImage",
             "sparkvllm:index:ModelWeights",
             "sparkvllm:index:ModelServer",
@@ -542,6 +544,7 @@ def test_every_resource_is_named_by_its_spec(spark4_raw: dict[str, Any]) -> None
                        control_dir_ref="")
             for n in cfg.nodes
         ),
+        plans.links(cfg, access.host_keys),
         plans.image(cfg, access.host_keys),
         plans.model_weights(cfg, access.host_keys),
         plans.ray_head(cfg, "test"),
@@ -584,6 +587,7 @@ def test_components_take_plans_not_the_config() -> None:
     import typing
 
     from components import (
+        cluster_link,
         gb10_node,
         model_server,
         model_weights,
@@ -593,6 +597,7 @@ def test_components_take_plans_not_the_config() -> None:
     )
 
     args = [
+        cluster_link.ClusterLinksArgs,
         gb10_node.GB10NodeArgs,
         synced_image.SyncedImageArgs,
         model_weights.ModelWeightsArgs,

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from sparkvllm.config import NodeConfig, StackConfig
-from sparkvllm.specs import commands, containers, facts, model_support, versions, weights
+from sparkvllm.specs import commands, containers, facts, link_rate, model_support, versions, weights
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
 from sparkvllm.specs.ssh import Reach, url_host
@@ -42,6 +42,20 @@ class NodePlan:
     # node with the fix; its stdin is the hf_token (from `token_file`) when the stack has one.
     hub: CommandSpec | None = None
     token_file: str | None = None
+
+
+@dataclass(frozen=True)
+class LinksPlan:
+    """The cluster link measured from the head to each worker, one after another (two
+    measurements through the head's port at once would each see half of it), after every
+    node's preflight and before any transfer uses the link."""
+
+    TYPE: ClassVar[str] = "sparkvllm:index:ClusterLinks"
+    name: str
+    head: str
+    steps: Mapping[str, CommandSpec]  # worker -> its measurement, in the nodes' order
+    # (worker -> stdout, node -> facts output) -> (the `links` output, warnings)
+    verdict: Callable[[Mapping[str, str], Mapping[str, Any]], tuple[dict[str, Any], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,18 @@ def node(
         verdict=partial(facts.verdict, cfg, n),
         hub=weights.hub_access(cfg) if n.name == cfg.head else None,
         token_file=token_file,
+    )
+
+
+def links(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> LinksPlan:
+    return LinksPlan(
+        name="link",
+        head=cfg.head,
+        steps={
+            n.name: link_rate.link_rate_step(cfg, n, host_keys.get(n.name))
+            for n in cfg.worker_nodes
+        },
+        verdict=partial(link_rate.links_verdict, cfg),
     )
 
 

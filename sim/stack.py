@@ -72,10 +72,14 @@ def engine(
     *,
     refresh: bool | None = None,
     log: Callable[[str], None] = print,
+    replace: frozenset[str] = frozenset(),
 ) -> operations.Result:
     """One local-engine operation on the sim stack; `raw` is the config to use instead of
-    Pulumi.sim.yaml (namespace stripped, as in the file)."""
-    return operations.run(operation, STACK, REPO_ROOT, refresh=refresh, config=raw, log=log)
+    Pulumi.sim.yaml (namespace stripped, as in the file); `replace`: URNs to replace (the
+    CLI's --replace)."""
+    return operations.run(
+        operation, STACK, REPO_ROOT, refresh=refresh, config=raw, log=log, replace_urns=replace
+    )
 
 
 def has_state() -> bool:

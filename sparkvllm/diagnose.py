@@ -27,10 +27,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sparkvllm.config import StackConfig, is_secret_name
-from sparkvllm.drift import Runner, last_outputs, read_live
+from sparkvllm.drift import Runner, last_outputs, link_drift, read_links, read_live
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
 from sparkvllm.specs.facts import facts_command
+from sparkvllm.specs.link_rate import LinkRate
 from sparkvllm.workstation import SshAccess, tool_inputs
 
 REDACTED = "[redacted]"
@@ -53,6 +54,9 @@ SEVERITY = (
     "weights differ",
     "container on an old image",
     "config not applied",
+    "link not measured",
+    "link slower",
+    "link slow",
 )
 
 
@@ -153,8 +157,10 @@ def diagnose(
     out_dir: Path,
     runner: Runner = run_ssh,
     last: dict[str, object] | None = None,
+    links: bool = True,
 ) -> tuple[Path, str, list[drift_rules.Drift]]:
-    """(the tarball, the summary, the findings)."""
+    """(the tarball, the summary, the findings). `links`: also measure the cluster link
+    from the head to each worker (a few seconds of traffic each)."""
     secrets = [k for k in {access.private_key, *access.node_keys.values()} if k]
     for value in (cfg.api_key, cfg.hf_token):
         if value is not None:
@@ -172,7 +178,16 @@ def diagnose(
             files[f"{node.name}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.txt"] = text
     live = read_live(cfg, stack, access, runner)
     findings = drift_rules.find_drift(cfg, stack, live, last)
+    measured = read_links(cfg, access, runner) if links else {}
+    findings += link_drift(cfg, measured, dict(last or {}))
     text = summary(cfg, live, findings, oom)
+    for worker, rate in measured.items():
+        if isinstance(rate, LinkRate):
+            shown = ", ".join(f"{p} {gbit:.1f} Gb/s ({tool})" for p, tool, gbit in rate.paths())
+            text += f"\nlink {cfg.head} <-> {worker}: {shown or 'nothing measured'}"
+    figures = {w: r.as_output() if isinstance(r, LinkRate) else {"error": r}
+               for w, r in measured.items()}  # fmt: skip
+    files["links.json"] = json.dumps(figures, indent=2)
     files["summary.txt"] = text + "\n"
     files["findings.json"] = json.dumps([d.__dict__ for d in findings], indent=2)
     files["live.json"] = json.dumps({n: v.__dict__ for n, v in live.items()}, indent=2,

@@ -14,6 +14,7 @@ installed, else from Pulumi.<stack>.yaml (secrets then come from ssh_private_key
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from sparkvllm import outputs
 from sparkvllm.config import PROJECT_DIR, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
+from sparkvllm.specs import link_rate
+from sparkvllm.specs.commands import env_assignments, peer_env
 from sparkvllm.workstation import SshAccess, tool_inputs
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -57,6 +60,50 @@ def read_live(
     return live
 
 
+def read_links(
+    cfg: StackConfig, access: SshAccess, runner: Runner = run_ssh
+) -> dict[str, link_rate.LinkRate | str]:
+    """What the cluster link carries now, from the head to each worker, one after another
+    (scripts/link_rate.sh, as the preflight measures it: a few seconds and a bounded byte
+    count each way); worker -> its figures, or why it could not be measured."""
+    out: dict[str, link_rate.LinkRate | str] = {}
+    head = access.targets[cfg.head]
+    for worker in cfg.worker_nodes:
+        script = link_rate.link_rate_script(cfg, worker)
+        env = env_assignments(peer_env(worker, access.host_keys.get(worker.name)))
+        result = runner(
+            head, f"{env}bash -c {shlex.quote(script.text)}",
+            stdin=access.key_of(worker.name), timeout=180,
+        )  # fmt: skip
+        if result.returncode != 0:
+            out[worker.name] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
+        else:
+            out[worker.name] = link_rate.parse_rate(cfg.head, worker.name, result.stdout)
+    return out
+
+
+def link_drift(
+    cfg: StackConfig, measured: dict[str, link_rate.LinkRate | str], last: dict[str, Any]
+) -> list[drift.Drift]:
+    """A path slower than half what it carried when deployed (the `links` output), or slow
+    beside the others or its negotiated speed now; a link that could not be measured."""
+    rates = {w: r for w, r in measured.items() if isinstance(r, link_rate.LinkRate)}
+    found = []
+    for w, why in measured.items():
+        if isinstance(why, str):
+            fix = "" if "fix:" in why else f"; fix: check ssh from {cfg.head} to {w} over the link"
+            found.append(drift.Drift(w, "link not measured", why + fix))
+    facts = last.get("nodes") or {}
+    slower = link_rate.rate_drift(cfg, rates, last.get("links") or {}, facts)
+    found += [drift.Drift(w, "link slower", detail) for w, detail in slower]
+    if not slower:
+        found += [
+            drift.Drift(w, "link slow", warning)
+            for w, warning in link_rate.slow_paths(cfg, rates, facts)
+        ]
+    return found
+
+
 def last_outputs(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
     """The outputs of the stack's last `up`, or {} when there are none."""
     try:
@@ -71,19 +118,30 @@ def check(
     access: SshAccess,
     runner: Runner = run_ssh,
     last: dict[str, Any] | None = None,
+    links: bool = False,
 ) -> list[drift.Drift]:
-    return drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner), last)
+    """`links`: also measure the cluster link (a few seconds of traffic per worker)."""
+    found = drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner), last)
+    if links:
+        found += link_drift(cfg, read_links(cfg, access, runner), last or {})
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkvllm.drift", description=__doc__)
     parser.add_argument("--stack", required=True, help="stack name, e.g. spark or sim")
+    parser.add_argument(
+        "--no-links",
+        action="store_true",
+        help="do not measure the cluster link (by default: a few seconds of traffic, at "
+        "most 8 GiB each way, from the head to each worker)",
+    )
     args = parser.parse_args(argv)
     inputs = tool_inputs(args.stack)
     if inputs is None:
         return 2
     cfg, access = inputs
-    found = check(cfg, args.stack, access, last=last_outputs(args.stack))
+    found = check(cfg, args.stack, access, last=last_outputs(args.stack), links=not args.no_links)
     for d in found:
         print(d.render())
     if not found:

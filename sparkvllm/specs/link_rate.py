@@ -188,9 +188,15 @@ def likely_causes(
 def rate_warnings(
     cfg: StackConfig, rates: Mapping[str, LinkRate], facts: Mapping[str, Any] | None = None
 ) -> list[str]:
-    """A warning for every slow path, measured in one run: below half the fastest path of
-    the same tool (the others show what this cluster's links carry), or below the share
-    of the negotiated speed a healthy link passes (OF_NEGOTIATED)."""
+    return [text for _worker, text in slow_paths(cfg, rates, facts)]
+
+
+def slow_paths(
+    cfg: StackConfig, rates: Mapping[str, LinkRate], facts: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """(worker, warning) for every slow path, measured in one run: below half the fastest
+    path of the same tool (the others show what this cluster's links carry), or below the
+    share of the negotiated speed a healthy link passes (OF_NEGOTIATED)."""
     out = []
     fastest: dict[str, tuple[str, float]] = {}
     for rate in rates.values():
@@ -214,11 +220,17 @@ def rate_warnings(
                     f"{min(speeds) / 1000:g} Gb/s negotiated)"
                 )
             if expected:
-                out.append(
+                text = (
                     f"link {path} carries {gbit:.1f} Gb/s over {tool}, expected at least "
                     f"{' and '.join(expected)}; likely cause: "
                     f"{'; or '.join(likely_causes(cfg, rate, tool, facts))}"
                 )
+                out.append((rate.worker, text))
+        known = [s for s in (rate.head_speed_mbit, rate.worker_speed_mbit) if s]
+        if len(set(known)) == 2 and not any(w == rate.worker for w, _ in out):
+            # Each path carries what it measured, but the ends disagree: one came up slow.
+            cause = likely_causes(cfg, rate, "tcp", facts)[0]
+            out.append((rate.worker, f"link {rate.head} <-> {rate.worker}: {cause}"))
     return out
 
 

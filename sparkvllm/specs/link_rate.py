@@ -103,7 +103,8 @@ def parse_rate(head: str, worker: str, stdout: str) -> LinkRate:
 
 def link_rate_script(cfg: StackConfig, worker: NodeConfig) -> scripts.Rendered:
     head = cfg.head_node
-    # HCA i of the head writes to HCA i of the worker (a port's halves pair up in order).
+    # HCA i of the head writes to HCA i of the worker, both sorted (a port's halves pair up
+    # by name; the config's order is not a change).
     return scripts.render(
         "link_rate",
         **peer_values(cfg, worker),
@@ -114,8 +115,8 @@ def link_rate_script(cfg: StackConfig, worker: NodeConfig) -> scripts.Rendered:
         MAX_BYTES=MAX_BYTES,
         MAX_STREAMS=MAX_STREAMS,
         RATE_PROBE=scripts.Probe("link_rate"),
-        HCAS=list(head.cluster_link.roce_hcas),
-        PEER_HCAS=list(worker.cluster_link.roce_hcas),
+        HCAS=sorted(head.cluster_link.roce_hcas),
+        PEER_HCAS=sorted(worker.cluster_link.roce_hcas),
     )
 
 

@@ -300,7 +300,8 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
                               "PEER_HOST_KEY": target.ssh.host_key}  # fmt: skip
     assert "aurora" not in spec.create and "AAAA" not in spec.create
     assert "readonly REF='hellohal2064/vllm-qwen3.5-gb10:latest'" in spec.create
-    assert 'docker save "$REF" | remote docker load' in spec.create
+    # The stream over a connection of its own, with a cipher fast on the CPU.
+    assert 'docker save "$REF" | stream_to_peer docker load' in spec.create
     assert 'if [ "$src" != "$dst" ]; then' in spec.create  # equal fingerprints: no transfer
     assert "PRIVATE KEY" not in spec.create
 
@@ -552,8 +553,11 @@ def test_weights_commands(cfg: StackConfig) -> None:
         subprocess.run(["bash", "-n", "-c", spec.create], check=True)
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
-    # Blob by blob (tests/test_weights_copy.py runs it), then the layout by tar.
-    assert 'tail -c +$((off + 1)) "$blobs/$b" | on_peer receive' in sync.create
+    # Blob by blob, several at once, each over a stream of its own
+    # (tests/test_weights_copy.py runs it), then the layout by tar.
+    assert 'tail -c +$((off + 1)) "$blobs/$b" | stream_to_peer "$call"' in sync.create
+    assert 'send_blob "$b" "$s" "$off" &' in sync.create
+    assert "readonly MAX_STREAMS='4'" in sync.create
     assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack' in sync.create
     assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create
     assert "readonly TARGET_ADDRESS='192.168.100.11'" in sync.create

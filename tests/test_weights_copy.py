@@ -187,3 +187,38 @@ def test_a_target_without_the_space_is_refused_before_a_byte_moves(nodes: TwoNod
     line = failed.stderr.strip().splitlines()[-1]
     assert line.startswith(f"not enough disk on spark-2 for {nodes.cfg.model.id}: ")
     assert "needs 3.1 MB, has 1.0 MB; fix: free space there" in line
+
+
+def test_several_blobs_move_at_once_and_one_bad_one_stops_only_itself(
+    nodes: TwoNodes,
+) -> None:
+    """Six more shards: they go several at a time (as many as the head's cores, at most
+    MAX_STREAMS), each over a session of its own; one whose part starts wrong fails its
+    own check, the others are taken, and the next run sends only that one."""
+    repo = nodes.blobs["model.safetensors"].parent.parent
+    shards = {}
+    for i in range(6):
+        data = os.urandom(512 * 1024 + i)
+        name = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / name).write_bytes(data)
+        (repo / "snapshots" / REVISION / f"extra-{i}.safetensors").symlink_to(f"../../blobs/{name}")
+        shards[name] = data
+    out = ok(nodes.copy())
+    expected = min(os.cpu_count() or 1, weights.MAX_STREAMS)
+    assert out["streams"] == str(expected)
+    target_blobs = nodes.target_blob("model.safetensors").parent
+    assert all((target_blobs / n).read_bytes() == d for n, d in shards.items())
+
+    bad, good = sorted(shards)[:2]
+    (target_blobs / bad).unlink()
+    (target_blobs / good).unlink()
+    Path(f"{target_blobs / bad}{weights.PART}").write_bytes(b"\1" * 1000)
+    failed = nodes.copy()
+    assert failed.returncode == 1
+    assert (
+        f"arrived corrupt on spark-2 (the head's copy is good); fix: re-run `up` (only that blob is sent again) and check the cluster link: {bad}"
+        in failed.stderr
+    )
+    assert (target_blobs / good).read_bytes() == shards[good]  # taken all the same
+    again = ok(nodes.copy())
+    assert int(again["sent"]) == len(shards[bad])

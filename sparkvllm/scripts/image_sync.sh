@@ -5,9 +5,10 @@
 # version, the same base), only the others are sent (LAYER_FILTER: probes/image_layers.py,
 # `docker save` read once for its layer files, then again without the held ones), and the
 # whole image if that load does not give the head's fingerprint. The target's free space
-# is checked first. Nothing is staged on disk. Prints transferred=0|1, id= (the target's
-# image ID) and fingerprint=.
-# revision: 1
+# is checked first. Nothing is staged on disk; the stream goes over a connection of its
+# own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer). Prints
+# transferred=0|1, id= (the target's image ID) and fingerprint=.
+# revision: 2
 # uses: peer_ssh sizes image
 # values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] REF LAYER_FILTER
 set -euo pipefail
@@ -26,18 +27,18 @@ if [ "$src" != "$dst" ]; then
   if [ "$held" -gt 0 ]; then
     if [ "$held" -eq "$total" ]; then
       # Every layer held (an untagged or re-tagged copy): one read, no layer sent.
-      docker save "$REF" | python3 -c "$LAYER_FILTER" thin-all "$mine" | remote docker load >&2 || true
+      docker save "$REF" | python3 -c "$LAYER_FILTER" thin-all "$mine" | stream_to_peer docker load >&2 || true
     else
       printf '%s: %s holds %s of its layers; sending the others\n' "$REF" "$TARGET_NAME" "$held" >&2
       paths=$(docker save "$REF" | python3 -c "$LAYER_FILTER" paths) || paths=
-      [ -z "$paths" ] || docker save "$REF" | python3 -c "$LAYER_FILTER" thin "$paths" "$mine" <(printf '%s\n' "$theirs") | remote docker load >&2 || true
+      [ -z "$paths" ] || docker save "$REF" | python3 -c "$LAYER_FILTER" thin "$paths" "$mine" <(printf '%s\n' "$theirs") | stream_to_peer docker load >&2 || true
     fi
     dst=$(on_peer fingerprint "$REF" || true)
     [ "$src" = "$dst" ] || printf '%s: loading only the missing layers on %s did not give the head'"'"'s image; sending it whole\n' "$REF" "$TARGET_NAME" >&2
   fi
   if [ "$src" != "$dst" ]; then
     printf 'streaming %s %s -> %s\n' "$REF" "$HEAD_NAME" "$TARGET_NAME" >&2
-    docker save "$REF" | remote docker load >&2
+    docker save "$REF" | stream_to_peer docker load >&2
     dst=$(on_peer fingerprint "$REF")
   fi
   [ "$src" = "$dst" ] || {

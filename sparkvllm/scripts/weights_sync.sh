@@ -6,38 +6,66 @@
 # (<blob>.sparkvllm-part) is resumed where it stopped; each is checked by content on the
 # target (its name is its sha256, hashed as the bytes arrive, or its git sha1) before it
 # takes its name, so a named blob on a node is a verified one. The target's free space is
-# checked first. The snapshot's symlink layout and refs follow (a few KB), and the
-# manifests must then agree. Prints transferred=, sent= (bytes) and manifest=.
-# revision: 1
+# checked first. Several blobs move at once, the largest first, each over a connection of
+# its own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer), taken and checked
+# on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
+# each is hashed on a core of its own as it arrives. The snapshot's symlink layout and
+# refs follow (a few KB), and the manifests must then agree. Prints transferred=, sent=
+# (bytes), streams= and manifest=.
+# revision: 2
 # uses: peer_ssh sizes weights
-# values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR
+# values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS
 set -euo pipefail
 
-# On the target (on_peer): its manifest; its blobs (finished and parts); its free space.
+# On the target (on_peer): its manifest; its blobs (finished and parts, `name size`
+# lines) and its free space there (an `avail N` line), in one call.
 their_manifest() { snapshot "$1" "$2"; manifest "$snap"; }
 their_blobs() { cd "$1" 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\n' || true; }
-# A blob's bytes as they arrive: appended to its part, and the sha256 of the whole part
-# (the bytes already there, then the new ones) computed on the way, so the check costs no
-# second read and runs alongside the transfer. Args: blobs folder, name, offset.
-receive() {
-  local p="$1/$2.sparkvllm-part"
-  { head -c "$3" "$p" 2>/dev/null || true; tee -a "$p"; } | sha256
-}
-# Then its size, its content (that sha256 for an LFS name, else verify_blob), and only
-# then its name; exit 3 when the content is wrong. Args: blobs folder, name, size, sha256.
-finish() {
+their_holdings() { their_blobs "$1"; echo "avail $(avail "$1")"; }
+# On the target, in the blob's own session: its bytes as they arrive, appended to its
+# part (a new part when OFFSET is 0), the sha256 of the whole part computed on the way
+# (the bytes already there, then the new ones: the check costs no second read and runs
+# alongside the transfer); then its size, its content (that sha256 for an LFS name, else
+# verify_blob), and only then its name. Exit 3 when the content is wrong. Args: blobs
+# folder, name, size, offset.
+take() {
   set -euo pipefail
-  local p="$1/$2.sparkvllm-part"
+  local p="$1/$2.sparkvllm-part" got
+  mkdir -p "$1"
+  [ "$4" -gt 0 ] || rm -f "$1/$2" "$p"
+  got=$({ head -c "$4" "$p" 2>/dev/null || true; tee -a "$p"; } | sha256)
   [ "$(stat -c %s "$p")" = "$3" ] || { echo "$2: short copy" >&2; exit 1; }
   if [[ $2 =~ ^[0-9a-f]{64}$ ]]; then
-    [ "$4" = "$2" ] || { rm -f "$p"; exit 3; }
+    [ "$got" = "$2" ] || { rm -f "$p"; exit 3; }
   elif [ -n "$(verify_blob "$p")" ]; then
     rm -f "$p"; exit 3
   fi
   mv -f "$p" "$1/$2"
 }
 unpack() { mkdir -p "$1" && tar -C "$1" -xf -; }
-clear_blob() { rm -f "$1/$2" "$1/$2.sparkvllm-part"; }
+
+# On the head: one blob to the target over a stream of its own, from the offset its part
+# reached there (ssh reads a whole blob's file itself). Args: name, size, offset.
+send_blob() {
+  local b=$1 s=$2 off=$3 call rc=0
+  call=$(function_call take "$blobs" "$b" "$s" "$off")
+  if [ "$off" -gt 0 ]; then
+    printf 'resuming blob %s at byte %s of %s\n' "$b" "$off" "$s" >&2
+    tail -c +$((off + 1)) "$blobs/$b" | stream_to_peer "$call" || rc=$?
+  else
+    stream_to_peer "$call" < "$blobs/$b" || rc=$?
+  fi
+  if [ "$rc" -eq 3 ]; then
+    # shellcheck disable=SC2016  # `up` is a word of the message
+    if [ -n "$(verify_blob "$blobs/$b")" ]; then
+      printf 'a blob of %s on %s does not match its name (its checksum): the head'"'"'s copy is corrupt; fix: delete it there and re-run `up` (the download fetches it again): %s\n' "$MODEL_ID" "$HEAD_NAME" "$blobs/$b" >&2
+    else
+      printf 'a blob of %s arrived corrupt on %s (the head'"'"'s copy is good); fix: re-run `up` (only that blob is sent again) and check the cluster link: %s\n' "$MODEL_ID" "$TARGET_NAME" "$b" >&2
+    fi
+    return 1
+  fi
+  return "$rc"
+}
 
 open_peer
 blobs="$REPO_DIR/blobs"
@@ -49,8 +77,10 @@ sent=0
 if [ "$src" != "$dst" ]; then
   printf 'copying %s %s -> %s (what it lacks)\n' "$MODEL_ID" "$HEAD_NAME" "$TARGET_NAME" >&2
   # What the target holds: finished blobs and the parts of interrupted copies.
-  declare -A has=()
-  while read -r f s; do [ -n "$f" ] && has[$f]=$s; done < <(on_peer their_blobs "$blobs")
+  declare -A has=(); have=
+  while read -r f s; do
+    if [ "$f" = avail ]; then have=$s; elif [ -n "$f" ]; then has[$f]=$s; fi
+  done < <(on_peer their_holdings "$blobs")
   # The plan: each blob the target lacks, from the offset its part reached.
   plan=(); need=0
   while read -r b s; do
@@ -60,32 +90,31 @@ if [ "$src" != "$dst" ]; then
     [ "$off" -le "$s" ] || off=0
     plan+=("$b $s $off"); need=$((need + s - off))
   done < <(find "$blobs" -maxdepth 1 -type f ! -name '*.incomplete' ! -name '*.sparkvllm-part' -printf '%f %s\n')
-  have=$(on_peer avail "$blobs")
   room "$need" "$have" "not enough disk on $TARGET_NAME for $MODEL_ID: $HUB_DIR" \
     "fix: free space there (or set model.hf_cache to a bigger disk)"
-  on_peer mkdir -p "$blobs"
-  for item in "${plan[@]}"; do
+  streams=$(nproc 2>/dev/null || echo 1)
+  [ "$streams" -le "$MAX_STREAMS" ] || streams=$MAX_STREAMS
+  # The largest first, up to `streams` at once; after a failed one, those under way
+  # finish (a part resumes next time where it stopped) and no other starts.
+  failed=0; running=0
+  while read -r _left b s off; do
+    if [ "$running" -ge "$streams" ]; then
+      wait -n || failed=$?
+      running=$((running - 1))
+    fi
+    [ "$failed" -eq 0 ] || break
+    send_blob "$b" "$s" "$off" &
+    running=$((running + 1))
+  done < <(for item in "${plan[@]}"; do
     read -r b s off <<< "$item"
-    if [ "$off" -gt 0 ]; then
-      printf 'resuming blob %s at byte %s of %s\n' "$b" "$off" "$s" >&2
-    else
-      on_peer clear_blob "$blobs" "$b"
-    fi
-    got=$(tail -c +$((off + 1)) "$blobs/$b" | on_peer receive "$blobs" "$b" "$off")
-    sent=$((sent + s - off))
-    rc=0; on_peer finish "$blobs" "$b" "$s" "$got" || rc=$?
-    if [ "$rc" -eq 3 ]; then
-      # shellcheck disable=SC2016  # `up` is a word of the message
-      if [ -n "$(verify_blob "$blobs/$b")" ]; then
-        printf 'a blob of %s on %s does not match its name (its checksum): the head'"'"'s copy is corrupt; fix: delete it there and re-run `up` (the download fetches it again): %s\n' "$MODEL_ID" "$HEAD_NAME" "$blobs/$b" >&2
-      else
-        printf 'a blob of %s arrived corrupt on %s (the head'"'"'s copy is good); fix: re-run `up` (only that blob is sent again) and check the cluster link: %s\n' "$MODEL_ID" "$TARGET_NAME" "$b" >&2
-      fi
-      exit 1
-    elif [ "$rc" -ne 0 ]; then
-      exit "$rc"
-    fi
+    echo "$((s - off)) $b $s $off"
+  done | sort -rn)
+  while [ "$running" -gt 0 ]; do
+    wait -n || failed=$?
+    running=$((running - 1))
   done
+  [ "$failed" -eq 0 ] || exit "$failed"
+  sent=$need
   name=${REPO_DIR##*/}
   layout=("$name/snapshots/$rev")
   if [ -d "$REPO_DIR/refs" ]; then layout+=("$name/refs"); fi
@@ -100,4 +129,5 @@ else
   echo transferred=0
 fi
 echo "sent=$sent"
+echo "streams=${streams:-0}"
 echo "manifest=$dst"

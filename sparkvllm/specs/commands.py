@@ -147,6 +147,12 @@ def name_kept_for(cfg: StackConfig) -> str | None:
     return f"digest={img.repository}@{img.digest}" if img.digest else None
 
 
+# Bulk streams from the head at once (the weights copy's blobs, the link measurement's
+# TCP streams): as many as the head has cores, at most this. One ssh stream's cipher and
+# one hash run on one core each; a Spark's 20 cores and 200 Gb/s link need several.
+MAX_STREAMS = 4
+
+
 def peer_values(cfg: StackConfig, target: NodeConfig) -> dict[str, scripts.Value]:
     """How a step on the head reaches `target` over the cluster link: the values of
     scripts/lib/peer_ssh.sh (its user, port and host key come at run time: `peer_env`)."""

@@ -18,12 +18,11 @@ from typing import Any
 
 from sparkvllm import scripts
 from sparkvllm.config import NodeConfig, StackConfig
-from sparkvllm.specs.commands import CommandSpec, peer_env, peer_values
+from sparkvllm.specs.commands import MAX_STREAMS, CommandSpec, peer_env, peer_values
 from sparkvllm.specs.output import key_values
 
 SECONDS_EACH = 2  # per direction: a few seconds at most
 MAX_BYTES = 8 << 30  # per direction: 8 GiB (a 200 Gb/s link carries it in 0.35 s)
-MAX_STREAMS = 4  # TCP streams, at most the head's cores
 # A path below this share of the fastest path measured in the same run is slow (the
 # others show what this cluster's links carry; a tenth is a fault, not noise).
 OF_FASTEST = 0.5

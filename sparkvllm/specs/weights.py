@@ -10,7 +10,7 @@ import json
 
 from sparkvllm import scripts
 from sparkvllm.config import HUB_ENDPOINT, NodeConfig, StackConfig
-from sparkvllm.specs.commands import CommandSpec, peer_env, peer_values
+from sparkvllm.specs.commands import MAX_STREAMS, CommandSpec, peer_env, peer_values
 from sparkvllm.specs.environment import HF_HOME
 
 # The suffix of a blob whose copy is in progress (scripts/lib/weights.sh).
@@ -148,6 +148,7 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
         REPO_DIR=repo_dir(cfg),
         REVISION=cfg.model.revision,
         HUB_DIR=f"{cfg.model.hf_cache}/hub",
+        MAX_STREAMS=MAX_STREAMS,
     )
     read = _read(cfg)
     return CommandSpec(

@@ -17,6 +17,24 @@ remote() { ssh "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDR
 # functions it calls go with it).
 on_peer() { remote "$(function_call "$@")"; }
 
+# The ciphers a bulk transfer asks for first: AES-GCM where this CPU has AES instructions
+# (x86's `aes` flag, arm64's `aes` feature: there several times chacha20-poly1305's rate,
+# OpenSSH's first choice), then that; nothing where it has none (OpenSSH's own order).
+bulk_ciphers() {
+  if grep -qw aes /proc/cpuinfo 2>/dev/null; then
+    printf '%s' aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com
+  fi
+}
+
+# stream_to_peer CMD...: like `remote`, for bulk bytes: a connection of its own (not the
+# shared one: a connection's cipher runs on one core, so streams at once use as many),
+# with bulk_ciphers. (ssh takes an option's first value: these come before SSH_OPTS.)
+stream_to_peer() {
+  local ciphers
+  ciphers=$(bulk_ciphers)
+  ssh -S none ${ciphers:+-c "$ciphers"} "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" "$@"
+}
+
 close_peer() {
   ssh "${SSH_OPTS[@]}" -O exit -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" 2>/dev/null || true
   rm -rf "$SPARKVLLM_KEY" "$SPARKVLLM_KH" "$SPARKVLLM_CM"

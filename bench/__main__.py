@@ -5,7 +5,9 @@
 Brings the simulation up and the `sim` stack to converged if needed, measures, prints one
 table and writes bench/results.json (figure -> value, unit, how, goal). --quick measures
 the no-op and drift figures and the served model only (a few minutes on a converged sim;
-to bench/results-quick.json);
+to bench/results-quick.json); --reads only the no-op `up` and the drift check, on the
+stack's two nodes and (with --nodes 3) grown to three, each the median of five runs (to
+bench/results-reads.json);
 --cold also destroys the stack and times a deploy from nothing, and each launcher (Ray,
 native) from nothing with its idle CPU per node (--launchers: only that); --nodes 3 (or more) brings
 up that many simulated nodes and also measures the image to one worker vs to two over
@@ -34,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cold", action="store_true", help="also time a deploy from nothing")
     p.add_argument("--nodes", type=int, default=2, help="simulated nodes (3: one vs two workers)")
     p.add_argument(
+        "--reads",
+        action="store_true",
+        help="only the no-op up and the drift check, on the stack's nodes and grown to --nodes",
+    )
+    p.add_argument(
         "--launchers",
         action="store_true",
         help="only Ray vs native: each from nothing to healthy, and its idle CPU per node",
@@ -43,7 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     # A quick run measures a few figures: it never replaces the full run's file.
-    name = "results-launchers.json" if args.launchers else "results.json"
+    name = (
+        "results-launchers.json"
+        if args.launchers
+        else "results-reads.json"
+        if args.reads
+        else "results.json"
+    )
     out: Path = args.out or HERE / ("results-quick.json" if args.quick else name)
     stack.ensure_up(nodes=args.nodes, quiet=True)
     cfg, access = stack.load()
@@ -69,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print("bench: no-op up and drift check", flush=True)
     measure.noop(sim, figures)
+    if args.reads:
+        if args.nodes > len(cfg.nodes):
+            print(f"bench: the stack grown to {args.nodes} nodes and back", flush=True)
+            measure.scale(sim, figures, args.nodes)
+        print(figures.table())
+        figures.write(out)
+        print(f"bench: wrote {out}")
+        return 0
     if not args.quick:
         print("bench: image distribution", flush=True)
         measure.image(sim, figures)

@@ -133,6 +133,7 @@ class Deployment:
         # and a refresh's reads); Check and Diff run in the step generator, unbounded.
         self.parallel = max(1, parallel)
         self._workers = threading.BoundedSemaphore(self.parallel)
+        self._elided = True  # writes elided since the last one (a run writes at least once)
         self._factory = provider_factory
         self.stack = state.stack
         self.project = state.project
@@ -172,6 +173,7 @@ class Deployment:
     def _save(self) -> None:
         # Never in preview; never after a second ^C: the steps then cut short stay pending
         # (their calls fail as the hosts are stopped, and must not clear their records).
+        self._elided = False
         if not self.preview and not self.terminated:
             pending = [*self.carried, *self._ops.values()]
             self.state_file.save(list(self.current.values()), pending)
@@ -200,11 +202,22 @@ class Deployment:
     def _put(
         self, res: ResourceState, replacing: str | None = None,
         done: PendingOperation | None = None, condemned: ResourceState | None = None,
+        write: bool = True,
     ) -> None:  # fmt: skip
         """Record `res` (in place of the record at `replacing`, e.g. its aliased URN); in
         the same write the pending operation `done` ends and `condemned` (the old copy of
-        a create-before-delete replacement) is kept beside it, to be deleted."""
+        a create-before-delete replacement) is kept beside it, to be deleted.
+
+        The checkpoint is written only when the record changed (pkg/backend/snapshot.go
+        sameSnapshotMutation.mustWrite: a same step whose URN, type, inputs, outputs,
+        dependencies, parent, provider and options are all as they were elides its write),
+        and not at all with `write=False` (a refresh's reads: refreshSnapshotMutation
+        elides them; `refresh` writes once after all of them)."""
         with self._lock:
+            unchanged = (
+                replacing in (None, _key(res)) and done is None and condemned is None
+                and _same_record(self.current.get(_key(res)), res)
+            )  # fmt: skip
             if done is not None:
                 self._ops.pop(id(done), None)
             if replacing is not None:
@@ -215,7 +228,10 @@ class Deployment:
                 self.current[_key(doomed)] = doomed
             self.current[_key(res)] = res
             self._order()
-            self._save()
+            if write and not unchanged:
+                self._save()
+            else:
+                self._elided = True
 
     def _order(self) -> None:
         """snapshot.go Snap: registered resources in operation order, then the rest of the
@@ -356,6 +372,7 @@ class Deployment:
         finally:  # terminated: the reads in flight are not waited for
             pool.shutdown(wait=not self.terminated, cancel_futures=True)
         errors = []
+        moved = False
         for (key, res), (got, seconds) in zip(targets, results, strict=True):
             if isinstance(got, ProviderError):
                 errors.append(f"refresh {res.name}: {got}")
@@ -373,7 +390,12 @@ class Deployment:
             self.refresh_steps.append(Step(res.urn, "update" if keys else "same", keys, seconds))
             if keys:
                 self.log(f"  refresh: {res.name} changed: {', '.join(keys)}")
-            self._put(replace(res, id=got.id, inputs=got.inputs, outputs=got.outputs))
+            now = replace(res, id=got.id, inputs=got.inputs, outputs=got.outputs)
+            moved = moved or now != res
+            self._put(now, write=False)
+        if moved:  # one write for all the reads (a refresh that changed nothing writes none)
+            with self._lock:
+                self._save()
         if errors:
             raise EngineError("; ".join(errors))
 
@@ -411,7 +433,13 @@ class Deployment:
         return sorted(unmatched)
 
     def close(self) -> None:
-        """Stop the provider hosts this run started (the engine closes its plugins)."""
+        """Write what the run elided (snapshot.go defaultServiceLoop: elided writes are
+        flushed by the next write or at Close; `_elided` starts true, so every run writes
+        at least once), then stop the provider hosts this run started (the engine closes
+        its plugins)."""
+        with self._lock:
+            if self._elided:
+                self._save()
         with self._lock:
             providers, self._providers = list(self._providers.values()), {}
         for provider in providers:
@@ -491,9 +519,11 @@ class Deployment:
             if urn.split("::")[2] == STACK_TYPE:
                 self.stack_outputs = outputs
             res = self.current.get(urn)
-            if res is not None:
+            if res is not None and res.outputs != outputs:
                 self.current[urn] = replace(res, outputs=outputs)
                 self._save()
+            elif res is not None:
+                self._elided = True
 
     def register_custom(
         self,
@@ -779,6 +809,14 @@ class Deployment:
                 self._end(error)
         if not self.current:
             self._save()
+
+
+def _same_record(old: ResourceState | None, new: ResourceState) -> bool:
+    """mustWrite's "nothing changed": every field equal, the dependencies as sets (sorted
+    before they are compared)."""
+    return old is not None and replace(old, dependencies=sorted(old.dependencies)) == replace(
+        new, dependencies=sorted(new.dependencies)
+    )
 
 
 def _matches_any(key: str, patterns: list[str]) -> bool:

@@ -23,6 +23,7 @@ from localengine.operations import Result, run
 from localengine.providers.base import Provider, ProviderError
 from localengine.providers.command import CommandProvider
 from localengine.providers.docker import DockerProvider, _target
+from localengine.state import StateFile
 from tests.conftest import project_yaml, write_project
 
 PROGRAM = textwrap.dedent(
@@ -229,15 +230,32 @@ def ops(result: Result) -> dict[str, str]:
     return {s.name: s.op for s in result.steps if s.op != "same"}
 
 
-def test_first_up_creates_everything_and_a_second_up_is_a_no_op(project: Project) -> None:
+def test_first_up_creates_everything_and_a_second_up_is_a_no_op(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = project.run()
     assert set(ops(first).values()) == {"create"}
     assert {"a", "b", "box", "box-cmd", "node", "img", "web", "mark"} <= set(ops(first))
     assert first.outputs["b"] == "b-a"
+    saves: list[int] = []
+    real_save = StateFile.save
+
+    def counted(self: StateFile, *args: Any, **kwargs: Any) -> None:
+        saves.append(len(args[0]))
+        real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(StateFile, "save", counted)
     again = project.run()
     assert ops(again) == {}
     assert again.provider_writes == 0 and project.node.calls == []
     assert again.outputs["b"] == "b-a"
+    # Nothing changed: every step's write is elided (snapshot.go mustWrite; a refresh's
+    # reads too) and the run writes once, at its end (the elided writes flushed at Close).
+    assert len(saves) == 1
+    saves.clear()
+    project.config(a="echo A2")
+    assert ops(project.run()) == {"a": "update", "b": "update"}
+    assert len(saves) > 1  # a change is written as it happens (and its pending operation)
 
 
 def test_preview_runs_nothing_and_shows_what_up_does(project: Project) -> None:

@@ -1,6 +1,6 @@
 """Ray membership probe: which nodes are alive and how many GPUs Ray sees.
 
-Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS [drain]`.
+Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS [drain|gcs]`.
 Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
 "unexpected": [...], "duplicated": [...], "node_ids": [...],
 "complete": bool}. Exit 0 when complete, 3 when not yet.
@@ -11,7 +11,10 @@ read-back), every other alive node is drained (`ray drain-node`, GCS DrainNode: 
 task or placement group lands there; those it could not drain are listed in
 `not_drained`): a node removed from the config keeps its Ray worker until the end of the
 `up` that removes it (Pulumi deletes what left the program last), and the new server's
-placement group must not put a shard on it.
+placement group must not put a shard on it. With `gcs` (refresh's read-back), the node
+table comes straight from the GCS, without attaching a driver (`ray.init` costs a second
+or more of every refresh; the GCS client a few hundred ms), and from `ray.init` where this
+Ray has no such client; the answer is the same either way.
 """
 
 from __future__ import annotations
@@ -75,17 +78,48 @@ def drain(node_ids: list) -> list:
     return done
 
 
+def gcs_nodes():
+    """Ray's node table from the GCS, shaped like `ray.nodes()`, without a driver; None
+    where this Ray lacks the client (`ray._raylet.GcsClient`) or the cluster's address
+    (what `ray start` wrote to /tmp/ray/ray_current_cluster)."""
+    import os
+
+    try:
+        from ray._raylet import GcsClient
+
+        address = os.environ.get("RAY_ADDRESS", "")
+        if address in ("", "auto"):
+            with open("/tmp/ray/ray_current_cluster") as f:
+                address = f.read().strip()
+        table = GcsClient(address=address).get_all_node_info(timeout=10)
+    except Exception:  # an older or newer Ray: the driver's way below
+        return None
+    return [
+        {
+            "NodeID": node_id.hex(),
+            "Alive": info.state == 0,  # GcsNodeInfo.ALIVE
+            "NodeManagerAddress": info.node_manager_address,
+            "NodeManagerHostname": info.node_manager_hostname,
+            "Resources": dict(info.resources_total),
+        }
+        for node_id, info in table.items()
+    ]
+
+
 def main(argv: list) -> int:
     import ray
 
     expected_ips = [x for x in argv[1].split(",") if x]
     expected_gpus = float(argv[2])
-    ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
-    try:
-        report = summarize(ray.nodes(), expected_ips, expected_gpus)
-        report["ray_version"] = ray.__version__
-    finally:
-        ray.shutdown()
+    nodes = gcs_nodes() if argv[3:] == ["gcs"] else None
+    if nodes is None:
+        ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False)
+        try:
+            nodes = ray.nodes()
+        finally:
+            ray.shutdown()
+    report = summarize(nodes, expected_ips, expected_gpus)
+    report["ray_version"] = ray.__version__
     if argv[3:] == ["drain"] and report["unexpected_ids"]:
         drained = drain(report["unexpected_ids"])
         print(f"drained {len(drained)} node(s) not in the stack: {report['unexpected']}",

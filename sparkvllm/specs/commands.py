@@ -289,7 +289,7 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
         SETTLE_S=RAY_SETTLE_S,
     )
     read = scripts.render(
-        "ray_members_read", CONTAINER=ray_head, PROBE_ARGS=[ips, str(cfg.total_gpus)]
+        "ray_members_read", CONTAINER=ray_head, PROBE_ARGS=[ips, str(cfg.total_gpus), "gcs"]
     )
     return CommandSpec(
         name="model-server-ray-ready",

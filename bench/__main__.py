@@ -7,7 +7,8 @@ table and writes bench/results.json (figure -> value, unit, how, goal). --quick 
 the no-op and drift figures and the served model only (a few minutes on a converged sim;
 to bench/results-quick.json); --reads only the no-op `up` and the drift check, on the
 stack's two nodes and (with --nodes 3) grown to three, each the median of five runs (to
-bench/results-reads.json);
+bench/results-reads.json); --transfers only the image and weights distribution beside their
+raw pipes (to bench/results-transfers.json);
 --cold also destroys the stack and times a deploy from nothing, and each launcher (Ray,
 native) from nothing with its idle CPU per node (--launchers: only that); --nodes 3 (or more) brings
 up that many simulated nodes and also measures the image to one worker vs to two over
@@ -41,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only the no-op up and the drift check, on the stack's nodes and grown to --nodes",
     )
     p.add_argument(
+        "--transfers",
+        action="store_true",
+        help="only the image and weights distribution, beside their raw pipes",
+    )
+    p.add_argument(
         "--launchers",
         action="store_true",
         help="only Ray vs native: each from nothing to healthy, and its idle CPU per node",
@@ -55,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.launchers
         else "results-reads.json"
         if args.reads
+        else "results-transfers.json"
+        if args.transfers
         else "results.json"
     )
     out: Path = args.out or HERE / ("results-quick.json" if args.quick else name)
@@ -76,6 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: Ray vs native, cold and idle", flush=True)
         measure.launchers(sim, figures)
         stack.engine("up", log=lambda _m: None)  # converged again
+        print(figures.table())
+        figures.write(out)
+        print(f"bench: wrote {out}")
+        return 0
+    if args.transfers:
+        stack.engine("up", log=lambda _m: None)  # converged first
+        print("bench: image distribution", flush=True)
+        measure.image(sim, figures)
+        print("bench: weights distribution", flush=True)
+        measure.model_weights(sim, figures)
         print(figures.table())
         figures.write(out)
         print(f"bench: wrote {out}")

@@ -54,10 +54,14 @@ def test_a_link_shaped_to_a_tenth_is_caught_and_named(sim_deployment: SimDeploym
         found = drift.check(d.cfg, "sim", d.access, last=drift.last_outputs("sim"), links=True)
         for f in found:
             sim_log(f"drift check: {f.render()}")
-        slower = [f for f in found if f.what.startswith("link")]
-        assert [(f.node, f.what) for f in slower] == [(WORKER, "link slower")]
-        assert slower[0].detail.startswith(f"link {WORKER} -> {HEAD} carries ")
-        assert "when deployed" in slower[0].detail and "likely cause" in slower[0].detail
+        # The shaped path, named (the other direction is not shaped: on this shared CPU
+        # it may read slower than at deploy too, with the model now running).
+        (slower,) = [
+            f for f in found
+            if f.what == "link slower" and f.detail.startswith(f"link {WORKER} -> {HEAD} ")
+        ]  # fmt: skip
+        assert slower.node == WORKER
+        assert "when deployed" in slower.detail and "likely cause" in slower.detail
 
         result = remeasure(warned)
         now = result.outputs["links"][WORKER]
@@ -71,7 +75,7 @@ def test_a_link_shaped_to_a_tenth_is_caught_and_named(sim_deployment: SimDeploym
 
     healed: list[str] = []
     again = remeasure(healed).outputs["links"][WORKER]
-    assert again["from_gbit"] > deployed["from_gbit"] / 2, again
+    assert again["from_gbit"] > 3 * now["from_gbit"], again  # clearly not shaped any more
     assert not [w for w in healed if "link " in w and "carries" in w], healed
     found = drift.check(d.cfg, "sim", d.access, last=drift.last_outputs("sim"), links=True)
     assert not [f for f in found if f.what.startswith("link")], found

@@ -1327,3 +1327,51 @@ def test_a_port_named_by_one_pcie_half_only_is_a_warning(
     # Without the PCI addresses (an older node's facts): nothing is guessed.
     bare = parse_facts("\n".join(lines))
     assert not [w for w in warnings_for(cfg.nodes[1], bare) if "PCIe half" in w]
+
+
+def test_the_ray_read_back_takes_the_gcs_node_table_shaped_as_ray_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The read-back's `gcs` path: the GCS client's table (ray._raylet.GcsClient) turned into
+    ray.nodes()'s shape, so summarize() gives the same answer; None (ray.init's way) when
+    the client is missing or fails."""
+    import ray._raylet
+
+    class Info:
+        def __init__(self, ip: str, state: int) -> None:
+            self.node_manager_address, self.node_manager_hostname = ip, f"h-{ip}"
+            self.state, self.resources_total = state, {"GPU": 1.0}
+
+    class NodeID(bytes):  # ray's NodeID: hashable, hex()
+        pass
+
+    asked: list[str] = []
+
+    class Client:
+        def __init__(self, address: str) -> None:
+            asked.append(address)
+
+        def get_all_node_info(self, timeout: int) -> dict[Any, Info]:
+            return {
+                NodeID(b"\xaa"): Info("10.0.0.1", 0),
+                NodeID(b"\xbb"): Info("10.0.0.2", 1),  # dead
+            }
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", Client, raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    nodes = ray_members.gcs_nodes()
+    assert asked == ["10.0.0.1:6379"]
+    assert nodes == [
+        {"NodeID": "aa", "Alive": True, "NodeManagerAddress": "10.0.0.1",
+         "NodeManagerHostname": "h-10.0.0.1", "Resources": {"GPU": 1.0}},
+        {"NodeID": "bb", "Alive": False, "NodeManagerAddress": "10.0.0.2",
+         "NodeManagerHostname": "h-10.0.0.2", "Resources": {"GPU": 1.0}},
+    ]  # fmt: skip
+    report = ray_members.summarize(nodes, ["10.0.0.1", "10.0.0.2"], 2)
+    assert report["node_ids"] == ["aa"] and report["missing"] == ["10.0.0.2"]
+
+    def broken(address: str) -> None:
+        raise RuntimeError("no GCS")
+
+    monkeypatch.setattr(ray._raylet, "GcsClient", broken, raising=False)
+    assert ray_members.gcs_nodes() is None

@@ -84,30 +84,21 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: Ray vs native, cold and idle", flush=True)
         measure.launchers(sim, figures)
         stack.engine("up", log=lambda _m: None)  # converged again
-        print(figures.table())
-        figures.write(out)
-        print(f"bench: wrote {out}")
-        return 0
+        return _written(figures, out)
     if args.transfers:
         stack.engine("up", log=lambda _m: None)  # converged first
         print("bench: image distribution", flush=True)
         measure.image(sim, figures)
         print("bench: weights distribution", flush=True)
         measure.model_weights(sim, figures)
-        print(figures.table())
-        figures.write(out)
-        print(f"bench: wrote {out}")
-        return 0
+        return _written(figures, out)
     print("bench: no-op up and drift check", flush=True)
     measure.noop(sim, figures)
     if args.reads:
         if args.nodes > len(cfg.nodes):
             print(f"bench: the stack grown to {args.nodes} nodes and back", flush=True)
             measure.scale(sim, figures, args.nodes)
-        print(figures.table())
-        figures.write(out)
-        print(f"bench: wrote {out}")
-        return 0
+        return _written(figures, out)
     if not args.quick:
         print("bench: image distribution", flush=True)
         measure.image(sim, figures)
@@ -128,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     outputs = stack.engine("up", log=lambda _m: None).outputs  # converged again
     print("bench: the served model", flush=True)
     measure.served_model(outputs["endpoint"], str(outputs["served_model"]), figures)
+    return _written(figures, out)
+
+
+def _written(figures: Figures, out: Path) -> int:
+    """Print the table and write the figures to `out`."""
     print(figures.table())
     figures.write(out)
     print(f"bench: wrote {out}")

@@ -14,7 +14,6 @@ installed, else from Pulumi.<stack>.yaml (secrets then come from ssh_private_key
 from __future__ import annotations
 
 import argparse
-import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +25,6 @@ from sparkvllm.config import PROJECT_DIR, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
 from sparkvllm.specs import link_rate
-from sparkvllm.specs.commands import env_assignments, peer_env
 from sparkvllm.workstation import SshAccess, tool_inputs
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -69,12 +67,11 @@ def read_links(
     out: dict[str, link_rate.LinkRate | str] = {}
     head = access.targets[cfg.head]
     for worker in cfg.worker_nodes:
-        script = link_rate.link_rate_script(cfg, worker)
-        env = env_assignments(peer_env(worker, access.host_keys.get(worker.name)))
+        # The preflight's own step, run as its node runs it (its key on stdin).
+        spec = link_rate.link_rate_step(cfg, worker, access.host_keys.get(worker.name))
         result = runner(
-            head, f"{env}bash -c {shlex.quote(script.text)}",
-            stdin=access.key_of(worker.name), timeout=180,
-        )  # fmt: skip
+            head, spec.shell_command, stdin=access.key_of(worker.name), timeout=spec.timeout_s
+        )
         if result.returncode != 0:
             out[worker.name] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
         else:

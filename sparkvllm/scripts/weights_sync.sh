@@ -92,8 +92,7 @@ if [ "$src" != "$dst" ]; then
   done < <(find "$blobs" -maxdepth 1 -type f ! -name '*.incomplete' ! -name '*.sparkvllm-part' -printf '%f %s\n')
   room "$need" "$have" "not enough disk on $TARGET_NAME for $MODEL_ID: $HUB_DIR" \
     "fix: free space there (or set model.hf_cache to a bigger disk)"
-  streams=$(nproc 2>/dev/null || echo 1)
-  [ "$streams" -le "$MAX_STREAMS" ] || streams=$MAX_STREAMS
+  streams=$(bulk_streams)
   # The largest first, up to `streams` at once; after a failed one, those under way
   # finish (a part resumes next time where it stopped) and no other starts.
   failed=0; running=0

@@ -187,7 +187,8 @@ def _kh_lines(targets: Sequence[tuple[NodeConfig, str | None]]) -> str:
 def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> CommandSpec:
     """Stream the image from the head to `target` over the cluster link, if it differs
     (scripts/image_sync.sh: only the layers it lacks when it holds some; its free space
-    checked first; nothing staged on disk).
+    checked first; nothing staged on disk; over several connections at once,
+    probes/stripe.py).
 
     Runs on the head; stdin is the SSH private key (a 0600 temp file removed on exit);
     the target's user, port and host key come at run time (`peer_env`). Prints
@@ -199,6 +200,8 @@ def image_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> Co
         **peer_values(cfg, target),
         REF=ref,
         LAYER_FILTER=scripts.Probe("image_layers"),
+        STRIPE=scripts.Probe("stripe"),
+        MAX_STREAMS=MAX_STREAMS,
     )
     read = scripts.render("image_fingerprint", REF=ref)
     return CommandSpec(

@@ -35,6 +35,50 @@ stream_to_peer() {
   ssh -S none ${ciphers:+-c "$ciphers"} "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" "$@"
 }
 
+# bulk_streams: how many bulk streams to run at once: this node's cores, at most MAX_STREAMS
+# (a value of the script that uses this).
+bulk_streams() {
+  local n
+  n=$(nproc 2>/dev/null || echo 1)
+  [ "$n" -le "$MAX_STREAMS" ] || n=$MAX_STREAMS
+  echo "$n"
+}
+
+# stripe_to_peer N PROBE CMD: stdin to CMD (a line the node's login shell parses) on the
+# node over N of stream_to_peer's connections at once: one stream's cipher runs on one
+# core, several fill a link one cannot. PROBE (probes/stripe.py) cuts the bytes into
+# chunks here and puts them back in order there, into CMD; a cut connection fails the
+# whole (CMD sees a cut stream). The named pipes it needs there are in a private folder
+# the receiver removes as it opens them. One stream, or no python3 on either end: the
+# plain stream. Returns non-zero when any part failed.
+stripe_to_peer() {
+  local n=$1 probe=$2 cmd=$3 far here i rc=0 pids=() ins=() outs=()
+  if [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
+    far=$(remote "command -v python3 >/dev/null && d=\$(mktemp -d) && cd \"\$d\" && mkfifo $(seq -s ' ' 0 $((n - 1))) && pwd" < /dev/null || true)
+  fi
+  if [ -z "${far:-}" ]; then
+    stream_to_peer "$cmd"
+    return
+  fi
+  here=$(mktemp -d)
+  for ((i = 0; i < n; i++)); do
+    mkfifo "$here/$i"
+    ins+=("$here/$i")
+    outs+=("$(sq "$far/$i")")
+  done
+  # (Neither call of `remote` here may read stdin: it is the stream.)
+  remote "python3 -c $(sq "$probe") join ${outs[*]} | $cmd" < /dev/null &
+  pids+=($!)
+  for ((i = 0; i < n; i++)); do
+    stream_to_peer "exec cat > ${outs[$i]}" < "${ins[$i]}" &
+    pids+=($!)
+  done
+  python3 -c "$probe" split "${ins[@]}" || rc=$?
+  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  rm -rf "$here"
+  return "$rc"
+}
+
 close_peer() {
   ssh "${SSH_OPTS[@]}" -O exit -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" 2>/dev/null || true
   rm -rf "$SPARKVLLM_KEY" "$SPARKVLLM_KH" "$SPARKVLLM_CM"

@@ -64,6 +64,18 @@ class Sim:
         read = f"cat /sys/class/net/{NETDEV}/statistics/tx_bytes"
         return sum(int(self.on(n.name, read).strip()) for n in self.cfg.nodes)
 
+    def timed(self, run: Callable[[], str], reset: str) -> Timed:
+        """`run` from the same start as any other: `reset` on the worker, every node's dirty
+        pages written out; its wall time and the CPU the nodes used meanwhile."""
+        self.on(self.worker, reset)
+        for n in self.cfg.nodes:
+            self.on(n.name, "sync")
+        containers = [c for n in self.cfg.nodes for c in _node_containers(n.name)]
+        before = _used_ns(containers)
+        with stopwatch() as t:
+            out = run()
+        return Timed(t[0], (_used_ns(containers) - before) / 1e9, out)
+
     def from_head_to_worker(self, pipe: str) -> str:
         """`pipe` run on the head, where `remote CMD` runs CMD on the worker (the program's
         own prelude: the key on stdin, the host key checked)."""
@@ -76,6 +88,13 @@ class Sim:
             f"{env}bash -c {shlex.quote(chr(10).join(lines))}",
             stdin=self.access.private_key,
         )
+
+
+@dataclass(frozen=True)
+class Timed:
+    seconds: float
+    cpu_s: float  # core-seconds both nodes used meanwhile
+    out: str
 
 
 READS = 5  # each read figure is the median of this many runs (one run is noisy here)
@@ -214,21 +233,12 @@ def whole_image(sim: Sim, figures: Figures, megabytes: int = 2048) -> None:
         size = int(sim.on(sim.head, f"docker image inspect -f '{{{{.Size}}}}' {ref}"))
         streams = min(int(sim.on(sim.head, "nproc").strip()), MAX_STREAMS)
 
-        def timed(run: Callable[[], str]) -> tuple[float, str]:
-            sim.on(sim.worker, drop)
-            for n in sim.cfg.nodes:
-                sim.on(n.name, "sync")
-            with stopwatch() as t:
-                out = run()
-            return t[0], out
-
         raw_s, program_s = [], []
         pipe = f"docker save {ref} | remote docker load >&2"
         for _ in range(2):
-            raw_s.append(timed(lambda: sim.from_head_to_worker(pipe))[0])
-            took, out = timed(lambda: sim.run_spec(spec))
-            assert key_values(out)["transferred"] == "1", out
-            program_s.append(took)
+            raw_s.append(sim.timed(lambda: sim.from_head_to_worker(pipe), drop))
+            program_s.append(sim.timed(lambda: sim.run_spec(spec), drop))
+            assert key_values(program_s[-1].out)["transferred"] == "1", program_s[-1].out
     finally:
         for node in (sim.head, sim.worker):
             sim.on(node, drop)
@@ -238,20 +248,37 @@ def whole_image(sim: Sim, figures: Figures, megabytes: int = 2048) -> None:
         "head), none of it on the worker",
     )  # fmt: skip
     figures.add(
-        "whole_image_raw_pipe_s", min(raw_s), "s",
+        "whole_image_raw_pipe_s", min(r.seconds for r in raw_s), "s",
         "`docker save | ssh worker docker load` (one stream, ssh's default cipher), the "
         "worker holding none of its layers (each of the two measured twice, alternating; "
         "the best of each)",
     )  # fmt: skip
     figures.add(
-        "whole_image_sync_s", min(program_s), "s",
+        "whole_image_sync_s", min(r.seconds for r in program_s), "s",
         f"the program's image-sync step, same start: {streams} connections at once (the "
         f"head's cores, at most {MAX_STREAMS}), AES-GCM where the CPU has AES instructions",
     )  # fmt: skip
     figures.add(
-        "whole_image_sync_vs_raw_pipe", min(raw_s) / min(program_s), "ratio",
+        "whole_image_sync_vs_raw_pipe",
+        min(r.seconds for r in raw_s) / min(r.seconds for r in program_s), "ratio",
         "whole_image_raw_pipe_s / whole_image_sync_s, side by side", ">= 1.0",
     )  # fmt: skip
+    cpu_figures(figures, "whole_image", size, raw_s, program_s)
+
+
+def cpu_figures(
+    figures: Figures, name: str, size: int, raw: list[Timed], program: list[Timed]
+) -> None:
+    """What each way cost in CPU: core-seconds per GB moved, both nodes together, in the
+    fastest run of each (the sim's nodes share this machine's cores, so a transfer here is
+    bound by the sum, not by one stream)."""
+    for who, runs in (("raw_pipe", raw), ("program", program)):
+        best = min(runs, key=lambda r: r.seconds)
+        figures.add(
+            f"{name}_{who}_cpu_s_per_gb", best.cpu_s / (size / 1e9), "core-s/GB",
+            "CPU both nodes used in that run (their containers' cgroup counters, the "
+            "idle servers included), per GB moved",
+        )  # fmt: skip
 
 
 def image_update(sim: Sim, figures: Figures, spec: CommandSpec, layer_mb: int = 100) -> None:
@@ -339,21 +366,12 @@ def _weights_figures(
     # Each twice, alternating, the best of each: from the same start (the worker's copy
     # removed, every node's dirty pages written out first, so neither pays for the other's
     # writes).
-    def timed(run: Callable[[], str]) -> tuple[float, str]:
-        sim.on(sim.worker, wipe)
-        for n in sim.cfg.nodes:
-            sim.on(n.name, "sync")
-        with stopwatch() as t:
-            out = run()
-        return t[0], out
-
     raw_s, copy_s = [], []
     for _ in range(2):
-        raw_s.append(timed(lambda: sim.from_head_to_worker(raw_pipe))[0])
-        took, out = timed(lambda: sim.run_spec(spec))
-        assert key_values(out)["transferred"] == "1", out
-        copy_s.append(took)
-    raw, copied = min(raw_s), min(copy_s)
+        raw_s.append(sim.timed(lambda: sim.from_head_to_worker(raw_pipe), wipe))
+        copy_s.append(sim.timed(lambda: sim.run_spec(spec), wipe))
+        assert key_values(copy_s[-1].out)["transferred"] == "1", copy_s[-1].out
+    raw, copied = min(r.seconds for r in raw_s), min(r.seconds for r in copy_s)
     figures.add("weights_copy_s", copied, "s", "the program's model-sync step (several "
                 "blobs at once, each over an ssh connection of its own and checked by its "
                 "sha256 on the worker as it arrives, then the manifest), the worker's copy "
@@ -370,6 +388,7 @@ def _weights_figures(
         "weights_raw_pipe_s / weights_copy_s, side by side (the program's copy also hashes "
         "every blob on arrival)", ">= 1.0",
     )  # fmt: skip
+    cpu_figures(figures, "weights", size, raw_s, copy_s)
     rerun_bytes(sim, spec, figures, "weights_rerun_bytes", "model-sync (manifests match)")
     # An interrupted copy: the worker keeps 40% of the shard as a part; the step resumes.
     blob = sim.on(sim.worker, f"readlink -f {shlex.quote(repo)}/snapshots/*/model.safetensors")

@@ -26,8 +26,7 @@ port_of() {
   done
   return 1
 }
-streams=$(nproc 2>/dev/null || echo 1)
-[ "$streams" -le "$MAX_STREAMS" ] || streams=$MAX_STREAMS
+streams=$(bulk_streams)
 probe=$(sq "$RATE_PROBE")
 echo "head.speed_mbit=$(cat "/sys/class/net/$NETDEV/speed" 2>/dev/null)"
 echo "peer.speed_mbit=$(remote "cat /sys/class/net/$(sq "$PEER_NETDEV")/speed 2>/dev/null")"

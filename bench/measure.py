@@ -363,25 +363,26 @@ def _weights_figures(
     )
     spec = weights.weights_sync(cfg, cfg.worker_nodes[0], sim.access.host_keys.get(sim.worker))
 
-    # Each twice, alternating, the best of each: from the same start (the worker's copy
-    # removed, every node's dirty pages written out first, so neither pays for the other's
-    # writes).
+    # Each three times, alternating, the best of each: from the same start (the worker's
+    # copy removed, every node's dirty pages written out first, so neither pays for the
+    # other's writes).
     raw_s, copy_s = [], []
-    for _ in range(2):
+    for _ in range(3):
         raw_s.append(sim.timed(lambda: sim.from_head_to_worker(raw_pipe), wipe))
         copy_s.append(sim.timed(lambda: sim.run_spec(spec), wipe))
         assert key_values(copy_s[-1].out)["transferred"] == "1", copy_s[-1].out
     raw, copied = min(r.seconds for r in raw_s), min(r.seconds for r in copy_s)
     figures.add("weights_copy_s", copied, "s", "the program's model-sync step (several "
-                "blobs at once, each over an ssh connection of its own and checked by its "
-                "sha256 on the worker as it arrives, then the manifest), the worker's copy "
-                "removed first")  # fmt: skip
+                "blobs at once, each over ssh connections of its own: the one shard here "
+                "over as many as the head's cores; each checked by its sha256 on the "
+                "worker as it arrives, then the manifest), the worker's copy removed "
+                "first")  # fmt: skip
     figures.add(
         "weights_raw_pipe_s",
         raw,
         "s",
         "`tar | ssh worker tar` from the head, same start "
-        "(each of the two measured twice, alternating; the best of each)",
+        "(each of the two measured three times, alternating; the best of each)",
     )
     figures.add(
         "weights_copy_vs_raw_pipe", raw / copied, "ratio",

@@ -80,9 +80,13 @@ class TwoNodes:
     def target_blob(self, file: str) -> Path:
         return self.target / self.blobs[file].relative_to(self.head)
 
-    def copy(self, target_mount: str | None = None) -> subprocess.CompletedProcess[str]:
-        """The step's script on the head; `ssh` enters the target. `target_mount` replaces
-        the target folder's bind (e.g. a small tmpfs)."""
+    def copy(
+        self, target_mount: str | None = None, cores: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """The step's script on the head; `ssh` enters the target (each call's command is
+        logged, one line each, in ssh.log). `target_mount` replaces the target folder's
+        bind (e.g. a small tmpfs); `cores`: what `nproc` says (GNU nproc reads
+        OMP_NUM_THREADS)."""
         into = target_mount or f"{self.enter} {self.target}"
         stub = self.enter.parent / "bin" / "ssh"
         stub.parent.mkdir(exist_ok=True)
@@ -91,11 +95,14 @@ class TwoNodes:
         stub.write_text(
             "#!/bin/bash\n"
             'while [ "$1" != -- ]; do [ "$1" = -O ] && exit 0; shift; done\n'
-            f'shift 2; exec unshare -m {into} "$*"\n'
+            f'shift 2; printf "%s\\n" "${{*//$\'\\n\'/ }}" >> {self.enter.parent}/ssh.log\n'
+            f'exec unshare -m {into} "$*"\n'
         )
         stub.chmod(0o755)
         spec = weights.weights_sync(self.cfg, self.cfg.nodes[1], None)
         env = {**os.environ, **dict(spec.env), "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+        if cores:
+            env["OMP_NUM_THREADS"] = str(cores)
         return subprocess.run(
             ["unshare", "-m", str(self.enter), str(self.head), spec.create],
             input="TEST-ONLY KEY\n",
@@ -139,6 +146,26 @@ def test_an_interrupted_copy_resumes_where_it_stopped(nodes: TwoNodes) -> None:
 
     assert int(out["sent"]) == len(SHARD) - cut  # only the remainder
     assert blob.read_bytes() == SHARD and not Path(f"{blob}{weights.PART}").exists()
+
+
+def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
+    nodes: TwoNodes,
+) -> None:
+    """Fewer blobs than streams: the shard over 4 connections at once (the head's 4 cores),
+    put back in order on the target, checked and named as any other."""
+    ok(nodes.copy())
+    blob = nodes.target_blob("model.safetensors")
+    blob.unlink()
+    log = nodes.enter.parent / "ssh.log"
+    log.unlink()
+
+    out = ok(nodes.copy(cores=4))
+
+    assert int(out["sent"]) == len(SHARD)
+    assert blob.read_bytes() == SHARD
+    calls = log.read_text().splitlines()
+    assert sum(c.startswith("exec cat > ") for c in calls) == 4
+    assert not list(Path("/tmp").glob("tmp.*/[0-3]"))  # no named pipe left there
 
 
 def test_a_blob_whose_bytes_do_not_match_its_name_is_never_named(nodes: TwoNodes) -> None:

@@ -9,12 +9,14 @@
 # checked first. Several blobs move at once, the largest first, each over a connection of
 # its own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer), taken and checked
 # on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
-# each is hashed on a core of its own as it arrives. The snapshot's symlink layout and
+# each is hashed on a core of its own as it arrives. With fewer blobs than that (a model
+# of one or two big shards), each blob goes over several connections, put back in order
+# on the target before it is taken (stripe_to_peer, probes/stripe.py). The snapshot's symlink layout and
 # refs follow (a few KB), and the manifests must then agree. Prints transferred=, sent=
 # (bytes), streams= and manifest=.
-# revision: 2
+# revision: 3
 # uses: peer_ssh sizes weights
-# values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS
+# values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS STRIPE
 set -euo pipefail
 
 # On the target (on_peer): its manifest; its blobs (finished and parts, `name size`
@@ -44,16 +46,17 @@ take() {
 }
 unpack() { mkdir -p "$1" && tar -C "$1" -xf -; }
 
-# On the head: one blob to the target over a stream of its own, from the offset its part
-# reached there (ssh reads a whole blob's file itself). Args: name, size, offset.
+# On the head: one blob to the target over CONNECTIONS of its own (stripe_to_peer: one
+# is a plain stream, ssh reading the blob's file itself), from the offset its part reached
+# there. Args: name, size, offset, connections.
 send_blob() {
   local b=$1 s=$2 off=$3 call rc=0
   call=$(function_call take "$blobs" "$b" "$s" "$off")
   if [ "$off" -gt 0 ]; then
     printf 'resuming blob %s at byte %s of %s\n' "$b" "$off" "$s" >&2
-    tail -c +$((off + 1)) "$blobs/$b" | stream_to_peer "$call" || rc=$?
+    tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call" || rc=$?
   else
-    stream_to_peer "$call" < "$blobs/$b" || rc=$?
+    stripe_to_peer "$4" "$STRIPE" "$call" < "$blobs/$b" || rc=$?
   fi
   if [ "$rc" -eq 3 ]; then
     # shellcheck disable=SC2016  # `up` is a word of the message
@@ -93,6 +96,9 @@ if [ "$src" != "$dst" ]; then
   room "$need" "$have" "not enough disk on $TARGET_NAME for $MODEL_ID: $HUB_DIR" \
     "fix: free space there (or set model.hf_cache to a bigger disk)"
   streams=$(bulk_streams)
+  # Fewer blobs than streams (a model of one or two big shards): each over several.
+  per=$((streams / (${#plan[@]} > 0 ? ${#plan[@]} : 1)))
+  [ "$per" -ge 1 ] || per=1
   # The largest first, up to `streams` at once; after a failed one, those under way
   # finish (a part resumes next time where it stopped) and no other starts.
   failed=0; running=0
@@ -102,7 +108,7 @@ if [ "$src" != "$dst" ]; then
       running=$((running - 1))
     fi
     [ "$failed" -eq 0 ] || break
-    send_blob "$b" "$s" "$off" &
+    send_blob "$b" "$s" "$off" "$per" &
     running=$((running + 1))
   done < <(for item in "${plan[@]}"; do
     read -r b s off <<< "$item"

@@ -149,6 +149,7 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
         REVISION=cfg.model.revision,
         HUB_DIR=f"{cfg.model.hf_cache}/hub",
         MAX_STREAMS=MAX_STREAMS,
+        STRIPE=scripts.Probe("stripe"),
     )
     read = _read(cfg)
     return CommandSpec(

@@ -50,9 +50,9 @@ bulk_streams() {
 # chunks here and puts them back in order there, into CMD; a cut connection fails the
 # whole (CMD sees a cut stream). The named pipes it needs there are in a private folder
 # the receiver removes as it opens them. One stream, or no python3 on either end: the
-# plain stream. Returns non-zero when any part failed.
+# plain stream. Returns non-zero when any part failed: CMD's code when CMD failed.
 stripe_to_peer() {
-  local n=$1 probe=$2 cmd=$3 far here i rc=0 pids=() ins=() outs=()
+  local n=$1 probe=$2 cmd=$3 far here i control rc=0 pids=() ins=() outs=()
   if [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
     far=$(remote "command -v python3 >/dev/null && d=\$(mktemp -d) && cd \"\$d\" && mkfifo $(seq -s ' ' 0 $((n - 1))) && pwd" < /dev/null || true)
   fi
@@ -68,13 +68,15 @@ stripe_to_peer() {
   done
   # (Neither call of `remote` here may read stdin: it is the stream.)
   remote "python3 -c $(sq "$probe") join ${outs[*]} | $cmd" < /dev/null &
-  pids+=($!)
+  control=$!
   for ((i = 0; i < n; i++)); do
     stream_to_peer "exec cat > ${outs[$i]}" < "${ins[$i]}" &
     pids+=($!)
   done
   python3 -c "$probe" split "${ins[@]}" || rc=$?
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+  # CMD's own exit code, when it failed, is the one returned.
+  wait "$control" || rc=$?
   rm -rf "$here"
   return "$rc"
 }

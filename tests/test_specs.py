@@ -555,10 +555,13 @@ def test_weights_commands(cfg: StackConfig) -> None:
         subprocess.run(["bash", "-n", "-c", spec.create], check=True)
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
-    # Blob by blob, several at once, each over a stream of its own
-    # (tests/test_weights_copy.py runs it), then the layout by tar.
-    assert 'tail -c +$((off + 1)) "$blobs/$b" | stream_to_peer "$call"' in sync.create
-    assert 'send_blob "$b" "$s" "$off" &' in sync.create
+    # Blob by blob, several at once, each over connections of its own (several per blob
+    # when there are fewer blobs than streams; tests/test_weights_copy.py runs it), then
+    # the layout by tar.
+    assert 'tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call"' in (
+        sync.create
+    )
+    assert 'send_blob "$b" "$s" "$off" "$per" &' in sync.create
     assert "readonly MAX_STREAMS='4'" in sync.create
     assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack' in sync.create
     assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create

@@ -124,9 +124,11 @@ def test_stripe_to_peer_carries_the_stream_over_n_connections(tmp_path: Path) ->
     rc, said = run_function(tmp_path, 3, DATA)
     assert rc == 0, said
     assert (tmp_path / "out").read_bytes() == DATA
-    calls = (tmp_path / "ssh.log").read_text().splitlines()
-    assert sum(c.startswith("exec cat > ") for c in calls) == 3
-    assert sum(c.startswith("python3 -c ") for c in calls) == 1  # the joiner
+    # (Counted in the whole log: the joiner's long call may be written in pieces while the
+    # connections append theirs.)
+    calls = (tmp_path / "ssh.log").read_text()
+    assert calls.count("exec cat > '/") == 3
+    assert calls.count("' join '/") == 1  # the joiner
     assert os.listdir(tmp_path / "tmp") == []  # no pipe or folder left on either end
 
 

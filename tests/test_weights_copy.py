@@ -163,8 +163,9 @@ def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
 
     assert int(out["sent"]) == len(SHARD)
     assert blob.read_bytes() == SHARD
-    calls = log.read_text().splitlines()
-    assert sum(c.startswith("exec cat > ") for c in calls) == 4
+    # (Counted in the whole log: a long line, the joiner's call, may be written in pieces
+    # while the others append theirs.)
+    assert log.read_text().count("exec cat > '/") == 4
     assert not list(Path("/tmp").glob("tmp.*/[0-3]"))  # no named pipe left there
 
 

@@ -46,6 +46,20 @@ take() {
 }
 unpack() { mkdir -p "$1" && tar -C "$1" -xf -; }
 
+# On the head: one finished blob copy reaped (its failure kept in $failed). `wait -n`
+# says 127 when bash already reaped every job (a race of bash's own): then none is left
+# running; a failure lost that way still fails the step at the manifest check.
+reap() {
+  local rc=0
+  wait -n || rc=$?
+  if [ "$rc" -eq 127 ]; then
+    running=0
+  else
+    [ "$rc" -eq 0 ] || failed=$rc
+    running=$((running - 1))
+  fi
+}
+
 # On the head: one blob to the target over CONNECTIONS of its own (stripe_to_peer: one
 # is a plain stream, ssh reading the blob's file itself), from the offset its part reached
 # there. Args: name, size, offset, connections.
@@ -104,8 +118,7 @@ if [ "$src" != "$dst" ]; then
   failed=0; running=0
   while read -r _left b s off; do
     if [ "$running" -ge "$streams" ]; then
-      wait -n || failed=$?
-      running=$((running - 1))
+      reap
     fi
     [ "$failed" -eq 0 ] || break
     send_blob "$b" "$s" "$off" "$per" &
@@ -114,10 +127,7 @@ if [ "$src" != "$dst" ]; then
     read -r b s off <<< "$item"
     echo "$((s - off)) $b $s $off"
   done | sort -rn)
-  while [ "$running" -gt 0 ]; do
-    wait -n || failed=$?
-    running=$((running - 1))
-  done
+  while [ "$running" -gt 0 ]; do reap; done
   [ "$failed" -eq 0 ] || exit "$failed"
   sent=$need
   name=${REPO_DIR##*/}

@@ -302,7 +302,8 @@ def test_sync_streams_over_the_cluster_link_with_verified_host_key(cfg: StackCon
     assert "readonly REF='hellohal2064/vllm-qwen3.5-gb10:latest'" in spec.create
     # The stream over connections of its own (as many as the head's cores, at most
     # MAX_STREAMS), with a cipher fast on the CPU.
-    assert 'docker save "$REF" | stripe_to_peer "$streams" "$STRIPE" "docker load"' in spec.create
+    assert 'load_there() { stripe_to_peer "$streams" "$STRIPE" "docker load"; }' in spec.create
+    assert 'docker save "$REF" | load_there >&2' in spec.create
     assert f"readonly MAX_STREAMS='{commands.MAX_STREAMS}'" in spec.create
     assert 'if [ "$src" != "$dst" ]; then' in spec.create  # equal fingerprints: no transfer
     assert "PRIVATE KEY" not in spec.create

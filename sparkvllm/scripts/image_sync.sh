@@ -14,6 +14,8 @@
 # uses: peer_ssh sizes image
 # values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] REF LAYER_FILTER STRIPE MAX_STREAMS
 set -euo pipefail
+# load_there: stdin (a `docker save` archive, whole or thin) into the target's docker load.
+load_there() { stripe_to_peer "$streams" "$STRIPE" "docker load"; }
 open_peer
 # `|| true`: an absent image must reach the message below, not end the script silently.
 src=$(fingerprint "$REF" || true)
@@ -30,18 +32,18 @@ if [ "$src" != "$dst" ]; then
   if [ "$held" -gt 0 ]; then
     if [ "$held" -eq "$total" ]; then
       # Every layer held (an untagged or re-tagged copy): one read, no layer sent.
-      docker save "$REF" | python3 -c "$LAYER_FILTER" thin-all "$mine" | stripe_to_peer "$streams" "$STRIPE" "docker load" >&2 || true
+      docker save "$REF" | python3 -c "$LAYER_FILTER" thin-all "$mine" | load_there >&2 || true
     else
       printf '%s: %s holds %s of its layers; sending the others\n' "$REF" "$TARGET_NAME" "$held" >&2
       paths=$(docker save "$REF" | python3 -c "$LAYER_FILTER" paths) || paths=
-      [ -z "$paths" ] || docker save "$REF" | python3 -c "$LAYER_FILTER" thin "$paths" "$mine" <(printf '%s\n' "$theirs") | stripe_to_peer "$streams" "$STRIPE" "docker load" >&2 || true
+      [ -z "$paths" ] || docker save "$REF" | python3 -c "$LAYER_FILTER" thin "$paths" "$mine" <(printf '%s\n' "$theirs") | load_there >&2 || true
     fi
     dst=$(on_peer fingerprint "$REF" || true)
     [ "$src" = "$dst" ] || printf '%s: loading only the missing layers on %s did not give the head'"'"'s image; sending it whole\n' "$REF" "$TARGET_NAME" >&2
   fi
   if [ "$src" != "$dst" ]; then
     printf 'streaming %s %s -> %s\n' "$REF" "$HEAD_NAME" "$TARGET_NAME" >&2
-    docker save "$REF" | stripe_to_peer "$streams" "$STRIPE" "docker load" >&2
+    docker save "$REF" | load_there >&2
     dst=$(on_peer fingerprint "$REF")
   fi
   [ "$src" = "$dst" ] || {

@@ -11,8 +11,8 @@
 # on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
 # each is hashed on a core of its own as it arrives. With fewer blobs than that (a model
 # of one or two big shards), each blob goes over several connections, put back in order
-# on the target before it is taken (stripe_to_peer, probes/stripe.py). The snapshot's symlink layout and
-# refs follow (a few KB), and the manifests must then agree. Prints transferred=, sent=
+# on the target before it is taken (stripe_to_peer, probes/stripe.py). The snapshot's
+# symlink layout and refs follow (a few KB), and the manifests must then agree. Prints transferred=, sent=
 # (bytes), streams= and manifest=.
 # revision: 3
 # uses: peer_ssh sizes weights

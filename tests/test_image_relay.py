@@ -35,13 +35,14 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> str:
 # ssh: options up to `--`, then the host, then the command words, run as sshd runs them
 # (joined, under a shell) as that node. A hop with no -i authenticates with the agent:
 # refused unless one is forwarded (SSH_AUTH_SOCK set and answering) and ForwardAgent=yes
-# passes it on. Every call is logged as `from -> to options...`. NO_ROUTE=`from>to`: a
-# link that is down.
+# passes it on. Every call is logged as `from -> to options... | command's first line`.
+# NO_ROUTE=`from>to`: a link that is down.
 _SSH = """#!/bin/bash
 opts=()
 while [ "$1" != -- ]; do opts+=("$1"); shift; done
 host=$2; shift 2
-printf '%s -> %s %s\\n' "$NODE" "$host" "${opts[*]}" >> "$STATE/ssh.log"
+cmd=$*
+printf '%s -> %s %s | %s\\n' "$NODE" "$host" "${opts[*]}" "${cmd%%$'\\n'*}" >> "$STATE/ssh.log"
 [ "$NODE>$host" != "${NO_ROUTE:-}" ] || { echo "ssh: connect to $host: no route" >&2; exit 255; }
 case " ${opts[*]} " in
   *" IdentityFile="*) ;;
@@ -150,7 +151,7 @@ def relay(
         text=True,
         timeout=60,
         env={**environ, "PATH": f"{bin_}:{environ['PATH']}", "STATE": str(state), "NODE": "head",
-             **env},
+             "OMP_NUM_THREADS": str(STREAMS), **env},
     )  # fmt: skip
     return out, state
 
@@ -158,6 +159,27 @@ def relay(
 def log(state: Path, name: str) -> list[str]:
     path = state / name
     return path.read_text().splitlines() if path.exists() else []
+
+
+def hops(state: Path) -> list[list[str]]:
+    """The relay's hops in order, `[from, "->", to]`: the calls on the agent (no key file)
+    of each hop (its control calls and its connections) counted once."""
+    out: list[list[str]] = []
+    for line in log(state, "ssh.log"):
+        hop = line.split(" ")[:3]
+        if "IdentityFile=" not in line and hop not in out:
+            out.append(hop)
+    return out
+
+
+STREAMS = 3  # each hop's connections: the sender's cores (OMP_NUM_THREADS sets GNU nproc)
+
+
+def streams(state: Path, hop: list[str]) -> list[str]:
+    """The option words of the hop's bulk connections (each writes into a named pipe)."""
+    calls = [line.split(" | ", 1) for line in log(state, "ssh.log")]
+    return [opts for opts, cmd in calls
+            if opts.split(" ")[:3] == hop and cmd.startswith("exec cat > ")]  # fmt: skip
 
 
 def loads(state: Path) -> dict[str, int]:
@@ -182,16 +204,21 @@ def test_three_workers_lacking_the_image_get_it_from_one_save_hop_by_hop(
     assert log(state, "docker.log").count("head save") == 1  # the image left the head once
     assert loads(state) == {addr(cfg, i): len(IMAGE) for i in (1, 2, 3)}
     # The stream went head -> w1 -> w2 -> w3, each hop on the agent (no key file on a
-    # worker) with the next node's host key checked.
-    hops = [line for line in log(state, "ssh.log") if "IdentityFile=" not in line]
-    assert [h.split(" ")[:3] for h in hops] == [
+    # worker) with the next node's host key checked, over STREAMS connections at once
+    # with AES-GCM first where the CPU has AES instructions.
+    assert hops(state) == [
         ["head", "->", addr(cfg, 1)],
         [addr(cfg, 1), "->", addr(cfg, 2)],
         [addr(cfg, 2), "->", addr(cfg, 3)],
     ]
-    for h in hops:
-        assert "ForwardAgent=yes" in h and "StrictHostKeyChecking=yes" in h
-        assert "IdentitiesOnly" not in h
+    aes = "aes" in Path("/proc/cpuinfo").read_text().split()
+    for hop in hops(state):
+        conns = streams(state, hop)
+        assert len(conns) == STREAMS, log(state, "ssh.log")
+        for h in conns:
+            assert "ForwardAgent=yes" in h and "StrictHostKeyChecking=yes" in h
+            assert "IdentitiesOnly" not in h
+            assert ("-c aes128-gcm@openssh.com," in h) == aes, h
     assert key.splitlines()[1] not in out.stdout + out.stderr
     leftovers = [p for p in state.rglob("*") if p.name in ("kh", "load", "in.part")]
     assert leftovers == []
@@ -222,9 +249,8 @@ def test_workers_holding_the_version_before_get_one_stream_of_the_new_layers(
     assert sorted(sizes) == sorted(addr(cfg, i) for i in (1, 2, 3))
     for size in sizes.values():  # two layers and the archive's headers, not three
         assert 2 * LAYER_BYTES < size < 2 * LAYER_BYTES + 64 * 1024
-    hops = [line.split(" ")[:3] for line in log(state, "ssh.log") if "IdentityFile=" not in line]
-    assert hops == [["head", "->", addr(cfg, 1)], [addr(cfg, 1), "->", addr(cfg, 2)],
-                    [addr(cfg, 2), "->", addr(cfg, 3)]]  # fmt: skip
+    assert hops(state) == [["head", "->", addr(cfg, 1)], [addr(cfg, 1), "->", addr(cfg, 2)],
+                           [addr(cfg, 2), "->", addr(cfg, 3)]]  # fmt: skip
 
 
 def test_the_thin_stream_leaves_out_only_what_every_worker_holds(

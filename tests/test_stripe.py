@@ -1,6 +1,7 @@
-"""One stream over several connections (probes/stripe.py, lib/peer_ssh.sh stripe_to_peer):
-the probe between named pipes on this machine, then the bash function with `ssh` a stub
-that runs the far side's command here as sshd would (nothing leaves this machine).
+"""One stream over several connections (probes/stripe.py; lib/bulk.sh stripe, as
+lib/peer_ssh.sh stripe_to_peer calls it): the probe between named pipes on this machine,
+then the bash function with `ssh` a stub that runs the far side's command here as sshd
+would (nothing leaves this machine).
 
 What it must do: give back exactly the bytes sent, in order; fail, never pass on a short
 stream as whole, when a connection is cut; leave no named pipe or folder behind; never
@@ -99,7 +100,7 @@ def run_function(tmp_path: Path, n: int, data: bytes, cut: bool = False) -> tupl
     (bin_ / "ssh").write_text(_SSH)
     (bin_ / "ssh").chmod(0o755)
     (tmp_path / "tmp").mkdir()
-    libs = "\n".join(scripts.load(f"lib/{name}").body for name in ("quote", "peer_ssh"))
+    libs = "\n".join(scripts.load(f"lib/{name}").body for name in ("quote", "bulk", "peer_ssh"))
     body = f'{libs}\nstripe_to_peer "$N" "$PROBE" "cat > $(sq "$OUT")"'
     env = {
         **os.environ,

@@ -1,6 +1,7 @@
 """One byte stream over several connections, in order: a bulk transfer no single ssh
 stream can carry at the link's speed (one stream's cipher runs on one core). Run on a
-node's host python3 (stdlib only) by lib/peer_ssh.sh stripe_to_peer:
+node's host python3 (stdlib only) by lib/bulk.sh stripe (the head's image stream and
+weights copy, each image relay hop):
 
     python3 -c SRC split PIPE...   (the sender: stdin cut into chunks, sent round robin
                                     to the named pipes, each one ssh connection's stdin)

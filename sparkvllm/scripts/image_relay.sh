@@ -3,7 +3,8 @@
 # The image REF to several workers, leaving the head once: the workers that lack it form
 # a chain, head -> w1 -> w2 -> ..., each loading the stream while passing it on (HOP:
 # relay_hop.sh), so every link carries it once and the whole takes about one transfer's
-# time, not one per worker.
+# time, not one per worker. Each hop sends over several connections at once (lib/relay
+# send: as many as the sender's cores, at most MAX_STREAMS).
 #
 # Two or more workers that hold none of the image's layers get it whole; otherwise two or
 # more that hold some (an update: the version before) get one thin stream, without the
@@ -16,7 +17,7 @@
 # forwarded ssh-agent. Prints relayed= (the workers it gave the image to, comma separated).
 # revision: 1
 # uses: sizes image relay
-# values: HEAD_NAME REF LAYER_FILTER HOP NAMES[] ADDRESSES[] USERS[] PORTS[] VERIFY[] KNOWN_HOSTS HEAD_OPTS[] HEAD_OPTS_OPEN[] RELAY_OPTS[] RELAY_OPTS_OPEN[]
+# values: HEAD_NAME REF LAYER_FILTER HOP NAMES[] ADDRESSES[] USERS[] PORTS[] VERIFY[] KNOWN_HOSTS HEAD_OPTS[] HEAD_OPTS_OPEN[] RELAY_OPTS[] RELAY_OPTS_OPEN[] STRIPE MAX_STREAMS
 set -euo pipefail
 umask 077
 

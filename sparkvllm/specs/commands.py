@@ -147,8 +147,9 @@ def name_kept_for(cfg: StackConfig) -> str | None:
     return f"digest={img.repository}@{img.digest}" if img.digest else None
 
 
-# Bulk streams from the head at once (the weights copy's blobs, the link measurement's
-# TCP streams): as many as the head has cores, at most this. One ssh stream's cipher and
+# Bulk streams from a node at once (the weights copy's blobs, the image stream's and each
+# relay hop's connections, the link measurement's TCP streams): as many as the sending
+# node has cores, at most this. One ssh stream's cipher and
 # one hash run on one core each; a Spark's 20 cores and 200 Gb/s link need several.
 MAX_STREAMS = 4
 
@@ -241,15 +242,18 @@ def image_relay(
     cfg: StackConfig, targets: Sequence[NodeConfig], host_keys: Mapping[str, str | None]
 ) -> CommandSpec:
     """The image to several workers, leaving the head once: the workers that lack it form a
-    chain, head -> w1 -> w2 -> ..., each loading the stream while passing it on, so every
-    link carries it once (scripts/image_relay.sh, its hops scripts/relay_hop.sh: which
+    chain, head -> w1 -> w2 -> ..., each loading the stream while passing it on (over
+    several connections at once, probes/stripe.py), so every link carries it once
+    (scripts/image_relay.sh, its hops scripts/relay_hop.sh: which
     workers form the chain, and what a thin stream leaves out, are said there). Best
     effort: the workers' own `image-sync-*` steps run after it and check every node. Hops
     authenticate through the head's forwarded ssh-agent (the key is never written on a
     worker). Prints `relayed=` (the workers it gave the image to, comma separated).
     """
     nodes = _relay_nodes(targets, host_keys)
-    hop = scripts.render("relay_hop", **nodes)
+    # Each hop's stream over several connections (scripts/lib/relay.sh send).
+    bulk: dict[str, scripts.Value] = {"STRIPE": scripts.Probe("stripe"), "MAX_STREAMS": MAX_STREAMS}
+    hop = scripts.render("relay_hop", **nodes, **bulk)
     relay = scripts.render(
         "image_relay",
         HEAD_NAME=cfg.head_node.name,
@@ -260,6 +264,7 @@ def image_relay(
         HEAD_OPTS=peer_options(True),
         HEAD_OPTS_OPEN=peer_options(False),
         **nodes,
+        **bulk,
     )
     return CommandSpec(
         name="image-relay",

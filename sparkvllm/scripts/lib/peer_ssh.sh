@@ -8,7 +8,7 @@
 # is not a new step. SSH_OPTS are the option words sparkvllm/specs/ssh.py makes; they
 # name the files by the variables exported here (OpenSSH >= 8.4 expands them).
 # revision: 1
-# uses: quote
+# uses: quote bulk
 
 # remote CMD...: run CMD (words the far side's login shell parses) on the node.
 remote() { ssh "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" "$@"; }
@@ -16,15 +16,6 @@ remote() { ssh "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDR
 # on_peer FUNCTION ARGS...: run one of this script's functions on the node (the
 # functions it calls go with it).
 on_peer() { remote "$(function_call "$@")"; }
-
-# The ciphers a bulk transfer asks for first: AES-GCM where this CPU has AES instructions
-# (x86's `aes` flag, arm64's `aes` feature: there several times chacha20-poly1305's rate,
-# OpenSSH's first choice), then that; nothing where it has none (OpenSSH's own order).
-bulk_ciphers() {
-  if grep -qw aes /proc/cpuinfo 2>/dev/null; then
-    printf '%s' aes128-gcm@openssh.com,aes256-gcm@openssh.com,chacha20-poly1305@openssh.com
-  fi
-}
 
 # stream_to_peer CMD...: like `remote`, for bulk bytes: a connection of its own (not the
 # shared one: a connection's cipher runs on one core, so streams at once use as many),
@@ -35,51 +26,9 @@ stream_to_peer() {
   ssh -S none ${ciphers:+-c "$ciphers"} "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" "$@"
 }
 
-# bulk_streams: how many bulk streams to run at once: this node's cores, at most MAX_STREAMS
-# (a value of the script that uses this).
-bulk_streams() {
-  local n
-  n=$(nproc 2>/dev/null || echo 1)
-  [ "$n" -le "$MAX_STREAMS" ] || n=$MAX_STREAMS
-  echo "$n"
-}
-
 # stripe_to_peer N PROBE CMD: stdin to CMD (a line the node's login shell parses) on the
-# node over N of stream_to_peer's connections at once: one stream's cipher runs on one
-# core, several fill a link one cannot. PROBE (probes/stripe.py) cuts the bytes into
-# chunks here and puts them back in order there, into CMD; a cut connection fails the
-# whole (CMD sees a cut stream). The named pipes it needs there are in a private folder
-# the receiver removes as it opens them. One stream, or no python3 on either end: the
-# plain stream. Returns non-zero when any part failed: CMD's code when CMD failed.
-stripe_to_peer() {
-  local n=$1 probe=$2 cmd=$3 far here i control rc=0 pids=() ins=() outs=()
-  if [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
-    far=$(remote "command -v python3 >/dev/null && d=\$(mktemp -d) && cd \"\$d\" && mkfifo $(seq -s ' ' 0 $((n - 1))) && pwd" < /dev/null || true)
-  fi
-  if [ -z "${far:-}" ]; then
-    stream_to_peer "$cmd"
-    return
-  fi
-  here=$(mktemp -d)
-  for ((i = 0; i < n; i++)); do
-    mkfifo "$here/$i"
-    ins+=("$here/$i")
-    outs+=("$(sq "$far/$i")")
-  done
-  # (Neither call of `remote` here may read stdin: it is the stream.)
-  remote "python3 -c $(sq "$probe") join ${outs[*]} | $cmd" < /dev/null &
-  control=$!
-  for ((i = 0; i < n; i++)); do
-    stream_to_peer "exec cat > ${outs[$i]}" < "${ins[$i]}" &
-    pids+=($!)
-  done
-  python3 -c "$probe" split "${ins[@]}" || rc=$?
-  for i in "${pids[@]}"; do wait "$i" || rc=$?; done
-  # CMD's own exit code, when it failed, is the one returned.
-  wait "$control" || rc=$?
-  rm -rf "$here"
-  return "$rc"
-}
+# node over N of stream_to_peer's connections at once (lib/bulk stripe).
+stripe_to_peer() { stripe "$1" "$2" "$3" remote stream_to_peer; }
 
 close_peer() {
   ssh "${SSH_OPTS[@]}" -O exit -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" 2>/dev/null || true

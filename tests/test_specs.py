@@ -564,7 +564,7 @@ def test_weights_commands(cfg: StackConfig) -> None:
     )
     assert 'send_blob "$b" "$s" "$off" "$per" &' in sync.create
     assert "readonly MAX_STREAMS='4'" in sync.create
-    assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack' in sync.create
+    assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack "$HUB_DIR"' in sync.create
     assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create
     assert "readonly TARGET_ADDRESS='192.168.100.11'" in sync.create
     assert ("PEER_USER", "aurora") in sync.env

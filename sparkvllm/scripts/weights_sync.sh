@@ -12,18 +12,27 @@
 # each is hashed on a core of its own as it arrives. With fewer blobs than that (a model
 # of one or two big shards), each blob goes over several connections, put back in order
 # on the target before it is taken (stripe_to_peer, probes/stripe.py). The snapshot's
-# symlink layout and refs follow (a few KB), and the manifests must then agree. Prints transferred=, sent=
-# (bytes), streams= and manifest=.
-# revision: 3
+# symlink layout and refs follow (a few KB), and the manifests must then agree. Besides
+# the transfers, two calls: what the target holds (its manifest with it), and the layout
+# unpacked with the manifest read after. Prints transferred=, sent= (bytes), streams=
+# and manifest=.
+# revision: 4
 # uses: peer_ssh sizes weights
 # values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS STRIPE
 set -euo pipefail
 
-# On the target (on_peer): its manifest; its blobs (finished and parts, `name size`
-# lines) and its free space there (an `avail N` line), in one call.
-their_manifest() { snapshot "$1" "$2"; manifest "$snap"; }
-their_blobs() { cd "$1" 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\n' || true; }
-their_holdings() { their_blobs "$1"; echo "avail $(avail "$1")"; }
+# On the target (on_peer), in one call: its manifest (a `manifest M` line, M empty when
+# it has none), its blobs (finished and parts, `name size` lines) and its free space
+# there (an `avail N` line). Args: repo folder, revision, blobs folder.
+their_state() {
+  snapshot "$1" "$2"
+  echo "manifest $(manifest "$snap")"
+  (cd "$3" 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\n') || true
+  echo "avail $(avail "$3")"
+}
+# On the target: the snapshot's layout (a tar on stdin) unpacked into the hub folder,
+# then its manifest. Args: hub folder, repo folder, revision.
+unpack() { mkdir -p "$1" && tar -C "$1" -xf - && snapshot "$2" "$3" && manifest "$snap"; }
 # On the target, in the blob's own session: its bytes as they arrive, appended to its
 # part (a new part when OFFSET is 0), the sha256 of the whole part computed on the way
 # (the bytes already there, then the new ones: the check costs no second read and runs
@@ -44,7 +53,6 @@ take() {
   fi
   mv -f "$p" "$1/$2"
 }
-unpack() { mkdir -p "$1" && tar -C "$1" -xf -; }
 
 # On the head: one finished blob copy reaped (its failure kept in $failed). `wait -n`
 # says 127 when bash already reaped every job (a race of bash's own): then none is left
@@ -89,15 +97,18 @@ blobs="$REPO_DIR/blobs"
 snapshot "$REPO_DIR" "$REVISION"
 src=$(manifest "$snap")
 [ -n "$src" ] || { printf 'model %s missing on %s\n' "$MODEL_ID" "$HEAD_NAME" >&2; exit 1; }
-dst=$(on_peer their_manifest "$REPO_DIR" "$REVISION" || true)
+# What the target holds: its manifest, finished blobs and the parts of interrupted copies.
+declare -A has=(); have=; dst=
+while read -r f s; do
+  case $f in
+    manifest) dst=$s ;;
+    avail) have=$s ;;
+    ?*) has[$f]=$s ;;
+  esac
+done < <(on_peer their_state "$REPO_DIR" "$REVISION" "$blobs" || true)
 sent=0
 if [ "$src" != "$dst" ]; then
   printf 'copying %s %s -> %s (what it lacks)\n' "$MODEL_ID" "$HEAD_NAME" "$TARGET_NAME" >&2
-  # What the target holds: finished blobs and the parts of interrupted copies.
-  declare -A has=(); have=
-  while read -r f s; do
-    if [ "$f" = avail ]; then have=$s; elif [ -n "$f" ]; then has[$f]=$s; fi
-  done < <(on_peer their_holdings "$blobs")
   # The plan: each blob the target lacks, from the offset its part reached.
   plan=(); need=0
   while read -r b s; do
@@ -133,8 +144,7 @@ if [ "$src" != "$dst" ]; then
   name=${REPO_DIR##*/}
   layout=("$name/snapshots/$rev")
   if [ -d "$REPO_DIR/refs" ]; then layout+=("$name/refs"); fi
-  tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack "$HUB_DIR"
-  dst=$(on_peer their_manifest "$REPO_DIR" "$REVISION")
+  dst=$(tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack "$HUB_DIR" "$REPO_DIR" "$REVISION")
   [ "$src" = "$dst" ] || {
     printf 'weights on %s differ after copy: %s != %s\n' "$TARGET_NAME" "$dst" "$src" >&2
     exit 1

@@ -563,6 +563,7 @@ def test_weights_commands(cfg: StackConfig) -> None:
         sync.create
     )
     assert 'send_blob "$b" "$s" "$off" "$per" &' in sync.create
+    assert 'send_blob "$b" "$s" "$off" 1 &' in sync.create  # a small one: one connection
     assert "readonly MAX_STREAMS='4'" in sync.create
     assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack "$HUB_DIR"' in sync.create
     assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create

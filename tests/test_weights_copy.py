@@ -169,6 +169,18 @@ def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
     assert not list(Path("/tmp").glob("tmp.*/[0-3]"))  # no named pipe left there
 
 
+def test_a_small_blob_beside_the_shard_takes_none_of_its_connections(nodes: TwoNodes) -> None:
+    """A first copy of the shard and the config with 2 cores: the shard over both (the
+    config, a few bytes, over one of its own), not one each."""
+    log = nodes.enter.parent / "ssh.log"
+
+    out = ok(nodes.copy(cores=2))
+
+    assert out["transferred"] == "1" and out["streams"] == "2"
+    assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
+    assert log.read_text().count("exec cat > '/") == 2
+
+
 def test_a_blob_whose_bytes_do_not_match_its_name_is_never_named(nodes: TwoNodes) -> None:
     """A part whose first bytes are wrong: the resumed copy fails its checksum on the
     target, is dropped, and the error says the link (the head's copy is good)."""

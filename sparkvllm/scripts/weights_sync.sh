@@ -9,9 +9,10 @@
 # checked first. Several blobs move at once, the largest first, each over a connection of
 # its own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer), taken and checked
 # on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
-# each is hashed on a core of its own as it arrives. With fewer blobs than that (a model
-# of one or two big shards), each blob goes over several connections, put back in order
-# on the target before it is taken (stripe_to_peer, probes/stripe.py). The snapshot's
+# each is hashed on a core of its own as it arrives. With fewer big blobs than that (a
+# model of one or two big shards, beside its small files), each big one goes over
+# several connections, put back in order on the target before it is taken
+# (stripe_to_peer, probes/stripe.py). The snapshot's
 # symlink layout and refs follow (a few KB), and the manifests must then agree. Besides
 # the transfers, two calls: what the target holds (its manifest with it), and the layout
 # unpacked with the manifest read after. Prints transferred=, sent= (bytes), streams=
@@ -121,18 +122,33 @@ if [ "$src" != "$dst" ]; then
   room "$need" "$have" "not enough disk on $TARGET_NAME for $MODEL_ID: $HUB_DIR" \
     "fix: free space there (or set model.hf_cache to a bigger disk)"
   streams=$(bulk_streams)
-  # Fewer blobs than streams (a model of one or two big shards): each over several.
-  per=$((streams / (${#plan[@]} > 0 ? ${#plan[@]} : 1)))
+  # Fewer big blobs than streams (a model of one or two big shards): each over several.
+  # Big: at least a sixteenth of the largest left to send. The small ones (config,
+  # tokenizer) take one connection each and count for none: they are done in a moment.
+  big=0; largest=0
+  for item in "${plan[@]}"; do
+    read -r _ s off <<< "$item"
+    [ $((s - off)) -le "$largest" ] || largest=$((s - off))
+  done
+  for item in "${plan[@]}"; do
+    read -r _ s off <<< "$item"
+    [ $((16 * (s - off))) -lt "$largest" ] || big=$((big + 1))
+  done
+  per=$((streams / (big > 0 ? big : 1)))
   [ "$per" -ge 1 ] || per=1
   # The largest first, up to `streams` at once; after a failed one, those under way
   # finish (a part resumes next time where it stopped) and no other starts.
   failed=0; running=0
-  while read -r _left b s off; do
+  while read -r left b s off; do
     if [ "$running" -ge "$streams" ]; then
       reap
     fi
     [ "$failed" -eq 0 ] || break
-    send_blob "$b" "$s" "$off" "$per" &
+    if [ $((16 * left)) -lt "$largest" ]; then
+      send_blob "$b" "$s" "$off" 1 &
+    else
+      send_blob "$b" "$s" "$off" "$per" &
+    fi
     running=$((running + 1))
   done < <(for item in "${plan[@]}"; do
     read -r b s off <<< "$item"

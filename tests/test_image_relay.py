@@ -176,10 +176,10 @@ STREAMS = 3  # each hop's connections: the sender's cores (OMP_NUM_THREADS sets 
 
 
 def streams(state: Path, hop: list[str]) -> list[str]:
-    """The option words of the hop's bulk connections (each writes into a named pipe)."""
+    """The option words of the hop's bulk connections (each hands its stdin to the joiner)."""
     calls = [line.split(" | ", 1) for line in log(state, "ssh.log")]
     return [opts for opts, cmd in calls
-            if opts.split(" ")[:3] == hop and cmd.startswith("exec cat > ")]  # fmt: skip
+            if opts.split(" ")[:3] == hop and cmd.startswith("exec python3 -c ")]  # fmt: skip
 
 
 def loads(state: Path) -> dict[str, int]:

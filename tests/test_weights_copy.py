@@ -81,13 +81,15 @@ class TwoNodes:
         return self.target / self.blobs[file].relative_to(self.head)
 
     def copy(
-        self, target_mount: str | None = None, cores: int | None = None
+        self, target_mount: str | None = None, cores: int | None = None, python: bool = True
     ) -> subprocess.CompletedProcess[str]:
         """The step's script on the head; `ssh` enters the target (each call's command is
         logged, one line each, in ssh.log). `target_mount` replaces the target folder's
         bind (e.g. a small tmpfs); `cores`: what `nproc` says (GNU nproc reads
-        OMP_NUM_THREADS)."""
+        OMP_NUM_THREADS); `python` False: the target has no python3 (a function of that
+        name that fails, exported ahead of every command there)."""
         into = target_mount or f"{self.enter} {self.target}"
+        command = '"$*"' if python else '"python3() { return 127; }; export -f python3; $*"'
         stub = self.enter.parent / "bin" / "ssh"
         stub.parent.mkdir(exist_ok=True)
         # Options up to `--` (a control call, -O exit, does nothing), the host, then the
@@ -96,7 +98,7 @@ class TwoNodes:
             "#!/bin/bash\n"
             'while [ "$1" != -- ]; do [ "$1" = -O ] && exit 0; shift; done\n'
             f'shift 2; printf "%s\\n" "${{*//$\'\\n\'/ }}" >> {self.enter.parent}/ssh.log\n'
-            f'exec unshare -m {into} "$*"\n'
+            f"exec unshare -m {into} {command}\n"
         )
         stub.chmod(0o755)
         spec = weights.weights_sync(self.cfg, self.cfg.nodes[1], None)
@@ -148,6 +150,23 @@ def test_an_interrupted_copy_resumes_where_it_stopped(nodes: TwoNodes) -> None:
     assert blob.read_bytes() == SHARD and not Path(f"{blob}{weights.PART}").exists()
 
 
+def test_a_target_without_python3_gets_the_same_copy_and_resumes(nodes: TwoNodes) -> None:
+    """No python3 there: each blob goes through tee to sha256 (the plain stream), a part
+    resumes the same way, and every blob is checked before it is named."""
+    first = ok(nodes.copy(cores=4, python=False))
+    assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
+    assert "' hand '/" not in (nodes.enter.parent / "ssh.log").read_text()
+    blob = nodes.target_blob("model.safetensors")
+    blob.unlink()
+    Path(f"{blob}{weights.PART}").write_bytes(SHARD[:12345])
+
+    out = ok(nodes.copy(python=False))
+
+    assert int(out["sent"]) == len(SHARD) - 12345
+    assert blob.read_bytes() == SHARD
+    assert out["manifest"] == first["manifest"]
+
+
 def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
     nodes: TwoNodes,
 ) -> None:
@@ -165,8 +184,8 @@ def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
     assert blob.read_bytes() == SHARD
     # (Counted in the whole log: a long line, the joiner's call, may be written in pieces
     # while the others append theirs.)
-    assert log.read_text().count("exec cat > '/") == 4
-    assert not list(Path("/tmp").glob("tmp.*/[0-3]"))  # no named pipe left there
+    assert log.read_text().count("' hand '/") == 4
+    assert not list(Path("/tmp").glob("tmp.*/[0-3s]"))  # no named pipe or socket left there
 
 
 def test_a_small_blob_beside_the_shard_takes_none_of_its_connections(nodes: TwoNodes) -> None:
@@ -178,7 +197,7 @@ def test_a_small_blob_beside_the_shard_takes_none_of_its_connections(nodes: TwoN
 
     assert out["transferred"] == "1" and out["streams"] == "2"
     assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
-    assert log.read_text().count("exec cat > '/") == 2
+    assert log.read_text().count("' hand '/") == 2
 
 
 def test_a_blob_whose_bytes_do_not_match_its_name_is_never_named(nodes: TwoNodes) -> None:

@@ -9,15 +9,15 @@
 # checked first. Several blobs move at once, the largest first, each over a connection of
 # its own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer), taken and checked
 # on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
-# each is hashed on a core of its own as it arrives. With fewer big blobs than that (a
+# each is written and hashed on the target by one process as it arrives (probes/stripe.py
+# join: no pipe between the connection and the disk). With fewer big blobs than that (a
 # model of one or two big shards, beside its small files), each big one goes over
-# several connections, put back in order on the target before it is taken
-# (stripe_to_peer, probes/stripe.py). The snapshot's
-# symlink layout and refs follow (a few KB), and the manifests must then agree. Besides
-# the transfers, two calls: what the target holds (its manifest with it), and the layout
-# unpacked with the manifest read after. Prints transferred=, sent= (bytes), streams=
-# and manifest=.
-# revision: 4
+# several connections, whose stdin that process reads back in order (stripe_to_peer).
+# The snapshot's symlink layout and refs follow (a few KB), and the manifests must then
+# agree. Besides the transfers, two calls: what the target holds (its manifest with it),
+# and the layout unpacked with the manifest read after. Prints transferred=, sent=
+# (bytes), streams= and manifest=.
+# revision: 5
 # uses: peer_ssh sizes weights
 # values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS STRIPE
 set -euo pipefail
@@ -38,14 +38,21 @@ unpack() { mkdir -p "$1" && tar -C "$1" -xf - && snapshot "$2" "$3" && manifest 
 # part (a new part when OFFSET is 0), the sha256 of the whole part computed on the way
 # (the bytes already there, then the new ones: the check costs no second read and runs
 # alongside the transfer); then its size, its content (that sha256 for an LFS name, else
-# verify_blob), and only then its name. Exit 3 when the content is wrong. Args: blobs
-# folder, name, size, offset.
+# verify_blob), and only then its name. The bytes come from SOURCE: `-` (stdin), or the
+# folder where the blob's connections are handed to the joiner (lib/bulk stripe). With
+# python3 (3.9 or later), PROBE (probes/stripe.py) joins, writes and hashes in one process; without,
+# the stream goes through tee to sha256. Exit 3 when the content is wrong. Args: blobs
+# folder, name, size, offset, probe, source.
 take() {
   set -euo pipefail
   local p="$1/$2.sparkvllm-part" got
   mkdir -p "$1"
   [ "$4" -gt 0 ] || rm -f "$1/$2" "$p"
-  got=$({ head -c "$4" "$p" 2>/dev/null || true; tee -a "$p"; } | sha256)
+  if python3 -c 'import socket; socket.send_fds' 2>/dev/null; then
+    got=$(python3 -c "$5" join "$6" --into "$p" --at "$4")
+  else
+    got=$({ head -c "$4" "$p" 2>/dev/null || true; tee -a "$p"; } | sha256)
+  fi
   [ "$(stat -c %s "$p")" = "$3" ] || { echo "$2: short copy" >&2; exit 1; }
   if [[ $2 =~ ^[0-9a-f]{64}$ ]]; then
     [ "$got" = "$2" ] || { rm -f "$p"; exit 3; }
@@ -74,12 +81,12 @@ reap() {
 # there. Args: name, size, offset, connections.
 send_blob() {
   local b=$1 s=$2 off=$3 call rc=0
-  call=$(function_call take "$blobs" "$b" "$s" "$off")
+  call=$(function_call take "$blobs" "$b" "$s" "$off" "$STRIPE")
   if [ "$off" -gt 0 ]; then
     printf 'resuming blob %s at byte %s of %s\n' "$b" "$off" "$s" >&2
-    tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call" || rc=$?
+    tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call" joins || rc=$?
   else
-    stripe_to_peer "$4" "$STRIPE" "$call" < "$blobs/$b" || rc=$?
+    stripe_to_peer "$4" "$STRIPE" "$call" joins < "$blobs/$b" || rc=$?
   fi
   if [ "$rc" -eq 3 ]; then
     # shellcheck disable=SC2016  # `up` is a word of the message

@@ -4,7 +4,7 @@
 # and one stream over several connections at once (a connection's cipher runs on one
 # core). Used by the head's ssh to a node (lib/peer_ssh) and by the image relay's hops
 # (lib/relay), each giving `stripe` its own two ways to reach the next node.
-# revision: 1
+# revision: 2
 # uses: quote
 
 # The ciphers a bulk transfer asks for first: AES-GCM where this CPU has AES instructions
@@ -25,35 +25,42 @@ bulk_streams() {
   echo "$n"
 }
 
-# stripe N PROBE CMD CONTROL STREAM: stdin to CMD (a line the node's login shell parses)
-# on the next node over N connections at once. CONTROL and STREAM are the caller's
-# functions that run a command line there: CONTROL over any connection (it never reads
-# stdin here), STREAM over a bulk connection of its own. PROBE (probes/stripe.py) cuts
-# the bytes into chunks here and puts them back in order there, into CMD; a cut
-# connection fails the whole (CMD sees a cut stream). The named pipes it needs there are
-# in a private folder the receiver removes as it opens them. One stream, or no python3 on
-# either end: the plain stream. Returns non-zero when any part failed: CMD's code when
-# CMD failed.
+# stripe N PROBE CMD CONTROL STREAM [JOINS]: stdin to CMD (a line the node's login shell
+# parses) on the next node over N connections at once. CONTROL and STREAM are the
+# caller's functions that run a command line there: CONTROL over any connection (it never
+# reads stdin here), STREAM over a bulk connection of its own. PROBE (probes/stripe.py)
+# cuts the bytes into chunks here; there, each connection hands its stdin to one joiner,
+# which reads them back in order, into CMD; a cut connection fails the whole (CMD sees a
+# cut stream). The joiner listens in a private folder it removes once every connection
+# is in. JOINS non-empty: CMD joins the stream itself (`PROBE join SOURCE ...`) and is
+# given SOURCE as one more word: the folder, or `-` (its stdin) for the plain stream.
+# One stream, or no python3 (3.9 or later there) on either end: the plain stream.
+# Returns non-zero when any part failed: CMD's code when CMD failed.
 stripe() {
-  local n=$1 probe=$2 cmd=$3 control=$4 stream=$5 far here i joiner rc=0 pids=() ins=() outs=()
+  local n=$1 probe=$2 cmd=$3 control=$4 stream=$5 joins=${6:-} far here i joiner rc=0 pids=() ins=()
   if [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
-    far=$("$control" "command -v python3 >/dev/null && d=\$(mktemp -d) && cd \"\$d\" && mkfifo $(seq -s ' ' 0 $((n - 1))) && pwd" < /dev/null || true)
+    far=$("$control" "python3 -c 'import socket; socket.send_fds' 2>/dev/null && mktemp -d" < /dev/null || true)
   fi
   if [ -z "${far:-}" ]; then
-    "$stream" "$cmd"
+    "$stream" "$cmd${joins:+ -}"
     return
   fi
   here=$(mktemp -d)
   for ((i = 0; i < n; i++)); do
     mkfifo "$here/$i"
     ins+=("$here/$i")
-    outs+=("$(sq "$far/$i")")
   done
-  # (Neither call of CONTROL here may read stdin: it is the stream.)
-  "$control" "python3 -c $(sq "$probe") join ${outs[*]} | $cmd" < /dev/null &
+  # (Neither call of CONTROL here may read stdin: it is the stream.) The folder goes when
+  # the joining ends however it ends, so that no connection waits for a joiner that failed
+  # to start.
+  if [ -n "$joins" ]; then
+    "$control" "$cmd $(sq "$far"); rc=\$?; rm -rf $(sq "$far"); exit \$rc" < /dev/null &
+  else
+    "$control" "python3 -c $(sq "$probe") join $(sq "$far") | $cmd; rc=\$?; rm -rf $(sq "$far"); exit \$rc" < /dev/null &
+  fi
   joiner=$!
   for ((i = 0; i < n; i++)); do
-    "$stream" "exec cat > ${outs[$i]}" < "${ins[$i]}" &
+    "$stream" "exec python3 -c $(sq "$probe") hand $(sq "$far") $i $n" < "${ins[$i]}" &
     pids+=($!)
   done
   python3 -c "$probe" split "${ins[@]}" || rc=$?

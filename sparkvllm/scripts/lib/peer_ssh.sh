@@ -26,9 +26,9 @@ stream_to_peer() {
   ssh -S none ${ciphers:+-c "$ciphers"} "${SSH_OPTS[@]}" -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" "$@"
 }
 
-# stripe_to_peer N PROBE CMD: stdin to CMD (a line the node's login shell parses) on the
-# node over N of stream_to_peer's connections at once (lib/bulk stripe).
-stripe_to_peer() { stripe "$1" "$2" "$3" remote stream_to_peer; }
+# stripe_to_peer N PROBE CMD [JOINS]: stdin to CMD (a line the node's login shell parses)
+# on the node over N of stream_to_peer's connections at once (lib/bulk stripe).
+stripe_to_peer() { stripe "$1" "$2" "$3" remote stream_to_peer "${4:-}"; }
 
 close_peer() {
   ssh "${SSH_OPTS[@]}" -O exit -p "$PEER_PORT" -l "$PEER_USER" -- "$TARGET_ADDRESS" 2>/dev/null || true

@@ -557,13 +557,15 @@ def test_weights_commands(cfg: StackConfig) -> None:
     assert "snapshot_download" in download.create
     assert sync.node == "spark-1" and sync.stdin_secret == "ssh_private_key"
     # Blob by blob, several at once, each over connections of its own (several per blob
-    # when there are fewer blobs than streams; tests/test_weights_copy.py runs it), then
-    # the layout by tar.
-    assert 'tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call"' in (
-        sync.create
-    )
+    # when there are fewer blobs than streams, a small one over the shared connection;
+    # tests/test_weights_copy.py runs it), then the layout by tar.
+    assert 'via=(stripe_to_peer "$4" "$STRIPE" "$call" joins)' in sync.create
+    assert 'tail -c +$((off + 1)) "$blobs/$b" | "${via[@]}"' in sync.create
     assert 'send_blob "$b" "$s" "$off" "$per" &' in sync.create
-    assert 'send_blob "$b" "$s" "$off" 1 &' in sync.create  # a small one: one connection
+    # A small one: over the shared connection under SMALL bytes, else one of its own.
+    assert 'send_blob "$b" "$s" "$off" 0 || failed=$?' in sync.create
+    assert 'send_blob "$b" "$s" "$off" 1 &' in sync.create
+    assert 'via=(remote "$call -")' in sync.create
     assert "readonly MAX_STREAMS='4'" in sync.create
     assert 'tar -C "$HUB_DIR" -cf - "${layout[@]}" | on_peer unpack "$HUB_DIR"' in sync.create
     assert "readonly HUB_DIR='/home/aurora/.cache/huggingface/hub'" in sync.create

@@ -81,23 +81,36 @@ class TwoNodes:
         return self.target / self.blobs[file].relative_to(self.head)
 
     def copy(
-        self, target_mount: str | None = None, cores: int | None = None, python: bool = True
+        self,
+        target_mount: str | None = None,
+        cores: int | None = None,
+        python: bool = True,
+        target_cores: int | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """The step's script on the head; `ssh` enters the target (each call's command is
-        logged, one line each, in ssh.log). `target_mount` replaces the target folder's
-        bind (e.g. a small tmpfs); `cores`: what `nproc` says (GNU nproc reads
-        OMP_NUM_THREADS); `python` False: the target has no python3 (a function of that
-        name that fails, exported ahead of every command there)."""
+        """The step's script on the head; `ssh` enters the target (each call is logged, one
+        short line each, in ssh.log: `own` for a connection of its own (-S none) or
+        `shared`, then the command's last 200 characters). `target_mount` replaces the
+        target folder's bind (e.g. a small tmpfs); `cores`: what `nproc` says (GNU nproc reads
+        OMP_NUM_THREADS) on the head, and on the target unless `target_cores` says;
+        `python` False: the target has no python3 (a function of that name that fails,
+        exported ahead of every command there)."""
         into = target_mount or f"{self.enter} {self.target}"
-        command = '"$*"' if python else '"python3() { return 127; }; export -f python3; $*"'
+        there = "" if python else "python3() { return 127; }; export -f python3; "
+        if target_cores:
+            there += f"export OMP_NUM_THREADS={target_cores}; "
+        command = f'"{there}$*"'
         stub = self.enter.parent / "bin" / "ssh"
         stub.parent.mkdir(exist_ok=True)
         # Options up to `--` (a control call, -O exit, does nothing), the host, then the
         # command words, run as sshd runs them: joined, under a shell, on the target.
         stub.write_text(
             "#!/bin/bash\n"
-            'while [ "$1" != -- ]; do [ "$1" = -O ] && exit 0; shift; done\n'
-            f'shift 2; printf "%s\\n" "${{*//$\'\\n\'/ }}" >> {self.enter.parent}/ssh.log\n'
+            "via=shared\n"
+            'while [ "$1" != -- ]; do\n'
+            '  [ "$1" = -O ] && exit 0; [ "$1 ${2:-}" = "-S none" ] && via=own; shift\n'
+            "done\n"
+            "shift 2; c=\"${*//$'\\n'/ }\"\n"
+            f'echo "$via ${{c: -200}}" >> {self.enter.parent}/ssh.log\n'
             f"exec unshare -m {into} {command}\n"
         )
         stub.chmod(0o755)
@@ -178,26 +191,40 @@ def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
     log = nodes.enter.parent / "ssh.log"
     log.unlink()
 
-    out = ok(nodes.copy(cores=4))
+    out = ok(nodes.copy(cores=4, target_cores=8))
 
     assert int(out["sent"]) == len(SHARD)
     assert blob.read_bytes() == SHARD
-    # (Counted in the whole log: a long line, the joiner's call, may be written in pieces
-    # while the others append theirs.)
     assert log.read_text().count("' hand '/") == 4
     assert not list(Path("/tmp").glob("tmp.*/[0-3s]"))  # no named pipe or socket left there
 
 
 def test_a_small_blob_beside_the_shard_takes_none_of_its_connections(nodes: TwoNodes) -> None:
-    """A first copy of the shard and the config with 2 cores: the shard over both (the
-    config, a few bytes, over one of its own), not one each."""
+    """A first copy of the shard and the config, 2 streams: the shard over both, the
+    config (a few bytes) over the step's shared connection: no handshake of its own."""
     log = nodes.enter.parent / "ssh.log"
 
-    out = ok(nodes.copy(cores=2))
+    out = ok(nodes.copy(cores=2, target_cores=4))
 
     assert out["transferred"] == "1" and out["streams"] == "2"
     assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
-    assert log.read_text().count("' hand '/") == 2
+    assert nodes.target_blob("config.json").read_bytes() == CONFIG
+    own = [line for line in log.read_text().splitlines() if line.startswith("own ")]
+    assert len(own) == 2 and all("' hand '/" in line for line in own)
+
+
+def test_streams_are_half_the_targets_cores(nodes: TwoNodes) -> None:
+    """The target deciphers, writes and hashes every byte: a head of 4 cores copying to a
+    target of 2 sends the shard over one connection, not four."""
+    log = nodes.enter.parent / "ssh.log"
+
+    out = ok(nodes.copy(cores=4, target_cores=2))
+
+    assert out["streams"] == "1"
+    assert nodes.target_blob("model.safetensors").read_bytes() == SHARD
+    own = [line for line in log.read_text().splitlines() if line.startswith("own ")]
+    assert len(own) == 1 and "' hand '/" not in log.read_text()
+    assert own[0].endswith(" -")  # the plain stream, taken from stdin
 
 
 def test_a_blob_whose_bytes_do_not_match_its_name_is_never_named(nodes: TwoNodes) -> None:
@@ -251,9 +278,9 @@ def test_a_target_without_the_space_is_refused_before_a_byte_moves(nodes: TwoNod
 def test_several_blobs_move_at_once_and_one_bad_one_stops_only_itself(
     nodes: TwoNodes,
 ) -> None:
-    """Six more shards: they go several at a time (as many as the head's cores, at most
-    MAX_STREAMS), each over a session of its own; one whose part starts wrong fails its
-    own check, the others are taken, and the next run sends only that one."""
+    """Six more shards: they go several at a time (as many as the head's cores and half
+    the target's, at most MAX_STREAMS), each over a session of its own; one whose part
+    starts wrong fails its own check, the others are taken, and the next run sends only that one."""
     repo = nodes.blobs["model.safetensors"].parent.parent
     shards = {}
     for i in range(6):
@@ -262,9 +289,8 @@ def test_several_blobs_move_at_once_and_one_bad_one_stops_only_itself(
         (repo / "blobs" / name).write_bytes(data)
         (repo / "snapshots" / REVISION / f"extra-{i}.safetensors").symlink_to(f"../../blobs/{name}")
         shards[name] = data
-    out = ok(nodes.copy())
-    expected = min(os.cpu_count() or 1, weights.MAX_STREAMS)
-    assert out["streams"] == str(expected)
+    out = ok(nodes.copy(cores=4, target_cores=8))
+    assert out["streams"] == str(min(4, weights.MAX_STREAMS))
     target_blobs = nodes.target_blob("model.safetensors").parent
     assert all((target_blobs / n).read_bytes() == d for n, d in shards.items())
 

@@ -8,8 +8,9 @@
 # takes its name, so a named blob on a node is a verified one. The target's free space is
 # checked first. Several blobs move at once, the largest first, each over a connection of
 # its own with a cipher fast on this CPU (lib/peer_ssh stream_to_peer), taken and checked
-# on the target in that one session: as many as the head has cores, at most MAX_STREAMS;
-# each is written and hashed on the target by one process as it arrives (probes/stripe.py
+# on the target in that one session: as many as the head has cores and half as many as
+# the target has (it deciphers, writes and hashes), at most MAX_STREAMS (a small blob goes
+# over the step's shared connection); each is written and hashed on the target by one process as it arrives (probes/stripe.py
 # join: no pipe between the connection and the disk). With fewer big blobs than that (a
 # model of one or two big shards, beside its small files), each big one goes over
 # several connections, whose stdin that process reads back in order (stripe_to_peer).
@@ -21,15 +22,17 @@
 # uses: peer_ssh sizes weights
 # values: HEAD_NAME TARGET_NAME TARGET_ADDRESS SSH_OPTS[] MODEL_ID REPO_DIR REVISION HUB_DIR MAX_STREAMS STRIPE
 set -euo pipefail
+SMALL=$((64 << 20))  # a small blob under this many bytes goes over the shared connection
 
 # On the target (on_peer), in one call: its manifest (a `manifest M` line, M empty when
-# it has none), its blobs (finished and parts, `name size` lines) and its free space
-# there (an `avail N` line). Args: repo folder, revision, blobs folder.
+# it has none), its blobs (finished and parts, `name size` lines), its free space there
+# (an `avail N` line) and its cores (`cores N`). Args: repo folder, revision, blobs folder.
 their_state() {
   snapshot "$1" "$2"
   echo "manifest $(manifest "$snap")"
   (cd "$3" 2>/dev/null && find . -maxdepth 1 -type f -printf '%f %s\n') || true
   echo "avail $(avail "$3")"
+  echo "cores $(nproc 2>/dev/null || echo 2)"
 }
 # On the target: the snapshot's layout (a tar on stdin) unpacked into the hub folder,
 # then its manifest. Args: hub folder, repo folder, revision.
@@ -77,16 +80,18 @@ reap() {
 }
 
 # On the head: one blob to the target over CONNECTIONS of its own (stripe_to_peer: one
-# is a plain stream, ssh reading the blob's file itself), from the offset its part reached
-# there. Args: name, size, offset, connections.
+# is a plain stream, ssh reading the blob's file itself), or over the step's shared
+# connection (CONNECTIONS 0: no handshake of its own, for a small one), from the offset
+# its part reached there. Args: name, size, offset, connections.
 send_blob() {
-  local b=$1 s=$2 off=$3 call rc=0
+  local b=$1 s=$2 off=$3 call rc=0 via
   call=$(function_call take "$blobs" "$b" "$s" "$off" "$STRIPE")
+  if [ "$4" -eq 0 ]; then via=(remote "$call -"); else via=(stripe_to_peer "$4" "$STRIPE" "$call" joins); fi
   if [ "$off" -gt 0 ]; then
     printf 'resuming blob %s at byte %s of %s\n' "$b" "$off" "$s" >&2
-    tail -c +$((off + 1)) "$blobs/$b" | stripe_to_peer "$4" "$STRIPE" "$call" joins || rc=$?
+    tail -c +$((off + 1)) "$blobs/$b" | "${via[@]}" || rc=$?
   else
-    stripe_to_peer "$4" "$STRIPE" "$call" joins < "$blobs/$b" || rc=$?
+    "${via[@]}" < "$blobs/$b" || rc=$?
   fi
   if [ "$rc" -eq 3 ]; then
     # shellcheck disable=SC2016  # `up` is a word of the message
@@ -106,11 +111,12 @@ snapshot "$REPO_DIR" "$REVISION"
 src=$(manifest "$snap")
 [ -n "$src" ] || { printf 'model %s missing on %s\n' "$MODEL_ID" "$HEAD_NAME" >&2; exit 1; }
 # What the target holds: its manifest, finished blobs and the parts of interrupted copies.
-declare -A has=(); have=; dst=
+declare -A has=(); have=; dst=; cores=
 while read -r f s; do
   case $f in
     manifest) dst=$s ;;
     avail) have=$s ;;
+    cores) cores=$s ;;
     ?*) has[$f]=$s ;;
   esac
 done < <(on_peer their_state "$REPO_DIR" "$REVISION" "$blobs" || true)
@@ -128,10 +134,10 @@ if [ "$src" != "$dst" ]; then
   done < <(find "$blobs" -maxdepth 1 -type f ! -name '*.incomplete' ! -name '*.sparkvllm-part' -printf '%f %s\n')
   room "$need" "$have" "not enough disk on $TARGET_NAME for $MODEL_ID: $HUB_DIR" \
     "fix: free space there (or set model.hf_cache to a bigger disk)"
-  streams=$(bulk_streams)
+  streams=$(bulk_streams "$cores")
   # Fewer big blobs than streams (a model of one or two big shards): each over several.
   # Big: at least a sixteenth of the largest left to send. The small ones (config,
-  # tokenizer) take one connection each and count for none: they are done in a moment.
+  # tokenizer) count for none: they are done in a moment.
   big=0; largest=0
   for item in "${plan[@]}"; do
     read -r _ s off <<< "$item"
@@ -147,6 +153,12 @@ if [ "$src" != "$dst" ]; then
   # finish (a part resumes next time where it stopped) and no other starts.
   failed=0; running=0
   while read -r left b s off; do
+    if [ $((16 * left)) -lt "$largest" ] && [ "$left" -lt "$SMALL" ]; then
+      # A small one (under SMALL bytes; they come last): over the shared connection, here
+      # and now, beside the big ones under way: it takes no stream and waits for none.
+      [ "$failed" -ne 0 ] || send_blob "$b" "$s" "$off" 0 || failed=$?
+      continue
+    fi
     if [ "$running" -ge "$streams" ]; then
       reap
     fi

@@ -49,11 +49,13 @@ import threading
 import time
 from collections.abc import Callable
 
-# Bytes a chunk carries at most, and one read or write moves. Measured on this kernel
-# (6.18, overlayfs on ext4): 4 MiB writes of bytes just read from a pipe cost 3 to 10 times
-# the system time of 1 MiB ones (the copy into the page cache, copy_folio_from_iter_atomic),
-# and reads of 64 KiB at a time into 4 MiB buffers as much: 0.8 s a GB against 3-8 s.
-CHUNK = 1 << 20
+CHUNK = 1 << 20  # bytes a chunk carries at most
+# Bytes one write moves at most. Measured on this kernel (6.18, overlayfs on ext4), a GB
+# read from an ssh stream and written to a file in writes of 1 MiB took 5.4-5.7 s (6.4-7.3
+# core-s) beside a deployed model, and in writes of 256 KiB 3.5-3.7 s (4.2-4.5 core-s):
+# perf puts the time in the copy into the page cache (copy_folio_from_iter_atomic), and
+# writes of 4 MiB cost 3 to 10 times more again.
+WRITE = 256 << 10
 DEPTH = 8  # chunks waiting per connection, at most: memory is about N x (DEPTH + 3) x CHUNK
 IDLE_S = 300.0  # how long a receiver waits for a byte (or a connection) before it gives up
 HEADER = struct.Struct(">Q")
@@ -75,7 +77,7 @@ def _say(message: str) -> None:
 
 def _write_all(fd: int, data: memoryview) -> None:
     while data:
-        data = data[os.write(fd, data) :]
+        data = data[os.write(fd, data[:WRITE]) :]
 
 
 # ---- the sender ----

@@ -43,14 +43,15 @@ def stripe(
     carry: str = "cat",
     into: tuple[Path, int] | None = None,
     from_file: int | None = None,
+    far_name: str = "far",
 ) -> tuple[int, int, list[int], bytes, str]:
     """`data` split into n pipes, each carried by `carry` (a shell filter; `cat` carries
     all) to its connection's end (`hand`), which hands it to the joiner; `carry` applies
     to connection 1 only. The joiner writes to stdout, or `into` (a file, the bytes to
     keep). `from_file`: the split reads `data` from a file, from that offset, not from a
-    pipe. Returns the split's, the join's and the hands' exit codes, what the join wrote
+    pipe. `far_name`: the joiner's folder. Returns the split's, the join's and the hands' exit codes, what the join wrote
     (its stdout) and every message."""
-    here, far = pipes(tmp_path / "here", n), tmp_path / "far"
+    here, far = pipes(tmp_path / "here", n), tmp_path / far_name
     far.mkdir()
     out = tmp_path / "out"
     extra = ["--into", str(into[0]), "--at", str(into[1])] if into else []
@@ -108,6 +109,14 @@ def test_a_file_is_sent_from_where_its_reader_stands(tmp_path: Path) -> None:
     split, join, hands, got, said = stripe(tmp_path, DATA, 3, from_file=12345)
     assert (split, join, hands) == (0, 0, [0, 0, 0]), said
     assert got == DATA
+
+
+def test_a_folder_deeper_than_a_unix_socket_path_allows(tmp_path: Path) -> None:
+    """A socket's path holds at most 108 bytes: both ends name it from inside its folder."""
+    far = "f" * 120
+    split, join, hands, got, said = stripe(tmp_path, DATA, 2, far_name=far)
+    assert (split, join, hands) == (0, 0, [0, 0]), said
+    assert got == DATA and not (tmp_path / far).exists()
 
 
 def test_an_empty_stream_is_an_empty_stream(tmp_path: Path) -> None:

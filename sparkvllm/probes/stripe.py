@@ -170,7 +170,8 @@ def hand(folder: str, index: int, count: int) -> int:
     while True:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            link.connect(os.path.join(folder, SOCKET))
+            os.chdir(folder)  # (the socket by its relative name, as the joiner binds it)
+            link.connect(SOCKET)
             break
         except (FileNotFoundError, ConnectionRefusedError) as e:
             link.close()

@@ -49,8 +49,8 @@ def stripe(
     all) to its connection's end (`hand`), which hands it to the joiner; `carry` applies
     to connection 1 only. The joiner writes to stdout, or `into` (a file, the bytes to
     keep). `from_file`: the split reads `data` from a file, from that offset, not from a
-    pipe. `far_name`: the joiner's folder. Returns the split's, the join's and the hands' exit codes, what the join wrote
-    (its stdout) and every message."""
+    pipe. `far_name`: the joiner's folder. Returns the split's, the join's and the hands'
+    exit codes, what the join wrote (its stdout) and every message."""
     here, far = pipes(tmp_path / "here", n), tmp_path / far_name
     far.mkdir()
     out = tmp_path / "out"

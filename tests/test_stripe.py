@@ -161,7 +161,8 @@ def test_a_cut_connection_fails_every_end_and_the_stream_is_not_whole(tmp_path: 
     part = tmp_path / "part"
     split, join, hands, _, said = stripe(tmp_path, DATA, 3, carry="head -c 100000", into=(part, 0))
     assert split == 1 and join == 1 and hands == [1, 1, 1]
-    assert "connection 1: cut off" in said
+    # The sender names the cut one; it ends at once, so the joiner may see any cut first.
+    assert "here/1: [Errno 32] Broken pipe" in said and ": cut off (" in said
     written = part.read_bytes()
     assert len(written) < len(DATA) and DATA.startswith(written)  # a prefix: it resumes
     assert not (tmp_path / "far").exists()
@@ -181,7 +182,7 @@ def test_a_connection_whose_joiner_is_gone_gives_up(tmp_path: Path) -> None:
 # ssh: options up to `--`, the host, then the command, run here under a shell as sshd runs
 # it, stdin read eagerly and passed on as ssh does (what the command leaves unread is gone).
 # Each connection is logged. CUT=1: connection 1 (of 3) stops after 100000 bytes (a link
-# that drops).
+# that drops). REFUSED=1: connection 2 (of 3) never gets in (sshd refused it).
 _SSH = """#!/bin/bash
 while [ "$1" != -- ]; do shift; done
 shift 2
@@ -189,12 +190,15 @@ printf '%s\\n' "$*" >> "$LOG"
 if [ -n "${CUT:-}" ] && [[ "$*" == *" hand "*" 1 3" ]]; then
   head -c 100000 | bash -c "$*"; exit 255
 fi
+if [ -n "${REFUSED:-}" ] && [[ "$*" == *" hand "*" 2 3" ]]; then
+  exit 255
+fi
 cat | bash -c "$*"
 """
 
 
 def run_function(
-    tmp_path: Path, n: int, data: bytes, cut: bool = False, into: str = ""
+    tmp_path: Path, n: int, data: bytes, cut: bool = False, into: str = "", refused: bool = False
 ) -> tuple[int, str]:
     """stripe_to_peer N (the library as a script renders it) sending `data` into `cat > OUT`
     on the "node", or (`into`) to a command line that joins the stream itself. Returns its
@@ -220,6 +224,7 @@ def run_function(
         "PEER_USER": "spark",
         "TARGET_ADDRESS": "192.0.2.2",
         **({"CUT": "1"} if cut else {}),
+        **({"REFUSED": "1"} if refused else {}),
     }
     done = subprocess.run(
         ["bash", "-c", f"SSH_OPTS=(); {body}"],
@@ -255,6 +260,17 @@ def test_a_command_that_joins_the_stream_itself_gets_where_it_comes_from(
     assert os.listdir(tmp_path / "tmp") == []
 
 
+def test_a_connection_that_never_gets_in_fails_the_transfer_at_once(tmp_path: Path) -> None:
+    """One of three connections is refused: the sender ends the others and removes the
+    joiner's folder, so the joiner stops waiting for it (within the run's 60 s, not after
+    IDLE_S; the joiner may find its folder gone before or after it listens)."""
+    rc, said = run_function(tmp_path, 3, DATA, refused=True)
+    assert rc != 0
+    assert "/2: [Errno 32] Broken pipe" in said  # the refused connection's pipe, named
+    assert not (tmp_path / "out").exists() or (tmp_path / "out").read_bytes() != DATA
+    assert os.listdir(tmp_path / "tmp") == []
+
+
 def test_a_joiner_that_fails_to_start_fails_the_transfer_at_once(tmp_path: Path) -> None:
     """The joining command fails before any connection is handed in: the connections find
     its folder gone and give up, long before the joiner's wait (IDLE_S) would."""
@@ -275,7 +291,7 @@ def test_a_dropped_connection_fails_the_transfer(tmp_path: Path) -> None:
     rc, said = run_function(tmp_path, 3, DATA, cut=True)
     assert rc != 0
     assert (tmp_path / "out").read_bytes() != DATA
-    assert "connection 1: cut off" in said
+    assert ": cut off (" in said  # the joiner saw a connection end before its end mark
     assert os.listdir(tmp_path / "tmp") == []
 
 

@@ -70,6 +70,8 @@ class TwoNodes:
         raw = {**raw, "model": {**raw["model"], "hf_cache": str(self.cache)}}
         self.cfg = load_stack_config(raw)
         self.blobs = write_model(self.head, self.cfg)
+        self.tmp = tmp_path / "tmp"  # TMPDIR on both "nodes"
+        self.tmp.mkdir()
         self.enter = tmp_path / "enter"
         # enter DIR CMD: run CMD (a shell string) with DIR bound at the cache path.
         self.enter.write_text(
@@ -115,7 +117,12 @@ class TwoNodes:
         )
         stub.chmod(0o755)
         spec = weights.weights_sync(self.cfg, self.cfg.nodes[1], None)
-        env = {**os.environ, **dict(spec.env), "PATH": f"{stub.parent}:{os.environ['PATH']}"}
+        env = {
+            **os.environ,
+            **dict(spec.env),
+            "PATH": f"{stub.parent}:{os.environ['PATH']}",
+            "TMPDIR": str(self.tmp),
+        }
         if cores:
             env["OMP_NUM_THREADS"] = str(cores)
         return subprocess.run(
@@ -196,7 +203,7 @@ def test_one_big_blob_goes_over_several_connections_and_arrives_whole(
     assert int(out["sent"]) == len(SHARD)
     assert blob.read_bytes() == SHARD
     assert log.read_text().count("' hand '/") == 4
-    assert not list(Path("/tmp").glob("tmp.*/[0-3s]"))  # no named pipe or socket left there
+    assert list(nodes.tmp.iterdir()) == []  # no pipe, socket, key or folder left on either
 
 
 def test_a_small_blob_beside_the_shard_takes_none_of_its_connections(nodes: TwoNodes) -> None:

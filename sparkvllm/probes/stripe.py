@@ -38,6 +38,7 @@ from __future__ import annotations
 # wording, comments or layout; a step that runs it re-runs then.
 # revision: 2
 import contextlib
+import errno
 import hashlib
 import os
 import queue
@@ -58,6 +59,7 @@ CHUNK = 1 << 20  # bytes a chunk carries at most
 WRITE = 256 << 10
 DEPTH = 8  # chunks waiting per connection, at most: memory is about N x (DEPTH + 3) x CHUNK
 IDLE_S = 300.0  # how long a receiver waits for a byte (or a connection) before it gives up
+OPEN_S = 30.0  # how long the sender waits for a connection to open its pipe
 HEADER = struct.Struct(">Q")
 SOCKET = "s"  # the joiner's unix socket, in its folder (a relative name: no path limit)
 
@@ -83,82 +85,96 @@ def _write_all(fd: int, data: memoryview) -> None:
 # ---- the sender ----
 
 
+def _open_pipe(path: str) -> int:
+    """The named pipe, opened to write once its connection has it open to read. Never a
+    wait for good: a connection that ended before it opened it is an error after OPEN_S."""
+    deadline = time.monotonic() + OPEN_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO or time.monotonic() > deadline:  # ENXIO: no reader yet
+                raise OSError(e.errno, f"no connection opened it in {OPEN_S:.0f} s") from None
+            time.sleep(0.05)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def split(paths: list[str], fd: int) -> int:
     if stat.S_ISREG(os.fstat(fd).st_mode):
         return _split_file(paths, fd, os.lseek(fd, 0, os.SEEK_CUR), os.fstat(fd).st_size)
     return _split_stream(paths, fd)
 
 
+def _give_up(path: str, e: OSError) -> None:
+    """One connection failed: the whole transfer has. Exit at once, so that every pipe
+    closes (the other connections' threads may be blocked writing into pipes the far
+    joiner no longer reads)."""
+    _say(f"{path}: {e}")
+    os._exit(1)
+
+
 def _split_file(paths: list[str], fd: int, start: int, end: int) -> int:
     """Chunk k of the file (from `start`) to pipe k mod N, each pipe's thread sending its
     own chunks straight from the page cache."""
-    failed = threading.Event()
     chunks = max(0, -(-(end - start) // CHUNK))
 
     def send(i: int, path: str) -> None:
         try:
-            out = os.open(path, os.O_WRONLY)
-            try:
-                for k in range(i, chunks, len(paths)):
-                    if failed.is_set():
-                        return
-                    offset = start + k * CHUNK
-                    size = min(CHUNK, end - offset)
-                    _write_all(out, memoryview(HEADER.pack(size)))
-                    while size:
-                        sent = os.sendfile(out, fd, offset, size)
-                        if not sent:
-                            raise OSError("the file ended early")
-                        offset, size = offset + sent, size - sent
-                _write_all(out, memoryview(HEADER.pack(0)))
-            finally:
-                os.close(out)
+            out = _open_pipe(path)
+            for k in range(i, chunks, len(paths)):
+                offset = start + k * CHUNK
+                size = min(CHUNK, end - offset)
+                _write_all(out, memoryview(HEADER.pack(size)))
+                while size:
+                    sent = os.sendfile(out, fd, offset, size)
+                    if not sent:
+                        raise OSError("the file ended early")
+                    offset, size = offset + sent, size - sent
+            _write_all(out, memoryview(HEADER.pack(0)))
+            os.close(out)
         except OSError as e:
-            _say(f"{path}: {e}")
-            failed.set()
+            _give_up(path, e)
 
     threads = [threading.Thread(target=send, args=(i, p)) for i, p in enumerate(paths)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return 1 if failed.is_set() else 0
+    return 0
 
 
 def _split_stream(paths: list[str], fd: int) -> int:
-    failed = threading.Event()
     # A pipe's chunks, then None: its end.
     queues: list[queue.Queue[bytes | None]] = [queue.Queue(DEPTH) for _ in paths]
 
     def send(path: str, chunks: queue.Queue[bytes | None]) -> None:
         try:
-            with open(path, "wb") as out:
+            with os.fdopen(_open_pipe(path), "wb") as out:
                 while (chunk := chunks.get()) is not None:
                     out.write(HEADER.pack(len(chunk)))
                     out.write(chunk)
                 out.write(HEADER.pack(0))
         except OSError as e:
-            _say(f"{path}: {e}")
-            failed.set()
-            while chunks.get() is not None:  # the reader never blocks on a dead pipe
-                pass
+            _give_up(path, e)
 
     threads = [
-        threading.Thread(target=send, args=pq, daemon=True)
-        for pq in zip(paths, queues, strict=True)
+        threading.Thread(target=send, args=(path, queues[i]), daemon=True)
+        for i, path in enumerate(paths)  # (no zip(strict=): python 3.9 runs this too)
     ]
     for t in threads:
         t.start()
     source = os.fdopen(fd, "rb", closefd=False)
     i = 0
-    while not failed.is_set() and (chunk := source.read(CHUNK)):
+    while chunk := source.read(CHUNK):
         queues[i % len(paths)].put(chunk)
         i += 1
     for q in queues:
         q.put(None)
     for t in threads:
         t.join()
-    return 1 if failed.is_set() else 0
+    return 0
 
 
 # ---- the receiving node: each connection's end ----
@@ -167,6 +183,7 @@ def _split_stream(paths: list[str], fd: int) -> int:
 def hand(folder: str, index: int, count: int) -> int:
     """This connection's stdin to the joiner in `folder`; then its word."""
     deadline = time.monotonic() + IDLE_S
+    folder = os.path.abspath(folder)
     while True:
         link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -307,7 +324,8 @@ class _Hasher:
 def _accept(folder: str) -> list[int]:
     """The connections' file descriptors, in their order, as each `hand` passes its own."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.settimeout(IDLE_S)
+    server.settimeout(1.0)
+    deadline = time.monotonic() + IDLE_S
     here = os.getcwd()
     os.chdir(folder)
     try:
@@ -322,7 +340,12 @@ def _accept(folder: str) -> list[int]:
             try:
                 link, _ = server.accept()
             except socket.timeout:  # noqa: UP041  (python 3.9: not yet TimeoutError)
-                raise Broken(f"only {len(fds)} of the connections came in {IDLE_S:.0f} s") from None
+                # The sender removes the folder when a connection failed on its side.
+                if not os.path.isdir(folder):
+                    raise Broken(f"the sender gave up ({len(fds)} connections in)") from None
+                if time.monotonic() > deadline:
+                    raise Broken(f"only {len(fds)} connections came in {IDLE_S:.0f} s") from None
+                continue
             message, passed, _, _ = socket.recv_fds(link, 64, 1)
             words = message.split()
             if len(passed) != 1 or len(words) != 2 or not all(w.isdigit() for w in words):

@@ -41,11 +41,11 @@ bulk_streams() {
 # cut stream). The joiner listens in a private folder it removes once every connection
 # is in. JOINS non-empty: CMD joins the stream itself (`PROBE join SOURCE ...`) and is
 # given SOURCE as one more word: the folder, or `-` (its stdin) for the plain stream.
-# One stream, or no python3 (3.9 or later there) on either end: the plain stream.
+# One stream, or no python3 3.9 or later on either end: the plain stream.
 # Returns non-zero when any part failed: CMD's code when CMD failed.
 stripe() {
   local n=$1 probe=$2 cmd=$3 control=$4 stream=$5 joins=${6:-} far here i joiner rc=0 pids=() ins=()
-  if [ "$n" -gt 1 ] && command -v python3 >/dev/null; then
+  if [ "$n" -gt 1 ] && python3 -c 'import socket; socket.send_fds' 2>/dev/null; then
     far=$("$control" "python3 -c 'import socket; socket.send_fds' 2>/dev/null && mktemp -d" < /dev/null || true)
   fi
   if [ -z "${far:-}" ]; then
@@ -71,6 +71,12 @@ stripe() {
     pids+=($!)
   done
   python3 -c "$probe" split "${ins[@]}" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    # A connection failed (or never opened its pipe): end the others here, and remove the
+    # joiner's folder there, so that it stops waiting for a connection that will not come.
+    kill "${pids[@]}" 2>/dev/null || true
+    "$control" "rm -rf $(sq "$far")" < /dev/null || true
+  fi
   for i in "${pids[@]}"; do wait "$i" || rc=$?; done
   # CMD's own exit code, when it failed, is the one returned.
   wait "$joiner" || rc=$?

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -84,6 +86,29 @@ def four_node_raw(raw: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def spark4_raw(spark_raw: dict[str, Any]) -> dict[str, Any]:
     return four_node_raw(spark_raw)
+
+
+# The oldest python3 a node's host may run the probes that run there with (probes/stripe.py:
+# socket.send_fds came in 3.9), found on PATH or as pyenv installs it.
+OLDEST_NODE_PYTHON = "python3.9"
+
+
+def _oldest_python() -> str | None:
+    found = shutil.which(OLDEST_NODE_PYTHON)
+    pyenv = sorted(Path.home().glob(f".pyenv/versions/3.9.*/bin/{OLDEST_NODE_PYTHON}"))
+    return str(pyenv[-1]) if pyenv else found
+
+
+@pytest.fixture(params=["this", "oldest"])
+def node_python(request: pytest.FixtureRequest) -> str:
+    """This test's python, then the oldest a node's host may have (skipped where this
+    machine has none: a pyenv shim that names no install does not count)."""
+    if request.param == "this":
+        return sys.executable
+    found = _oldest_python()
+    if found is None or subprocess.run([found, "-c", ""], capture_output=True).returncode:
+        pytest.skip(f"no {OLDEST_NODE_PYTHON} on this machine")
+    return found
 
 
 @pytest.fixture(autouse=True)

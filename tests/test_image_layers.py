@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -79,12 +78,15 @@ def test_a_file_used_by_a_layer_the_target_lacks_is_kept() -> None:
     assert image_layers.skipped_paths(paths, layers, [L[:2]]) == {f"blobs/sha256/{L[1][7:]}"}
 
 
-def test_the_script_reads_the_layer_files_then_thins_from_stdin(tmp_path: Path) -> None:
-    """As the image sync runs it: `python3 -c SRC paths`, `held`, then `thin`."""
+def test_the_script_reads_the_layer_files_then_thins_from_stdin(
+    tmp_path: Path, node_python: str
+) -> None:
+    """As the image sync runs it: `python3 -c SRC paths`, `held`, then `thin` (on this
+    test's python and on the oldest a head may have)."""
     src, full = script("image_layers"), archive(LEGACY)
 
     def run(*args: str, data: bytes = b"") -> bytes:
-        done = subprocess.run([sys.executable, "-c", src, *args], input=data,
+        done = subprocess.run([node_python, "-c", src, *args], input=data,
                               capture_output=True, check=True)  # fmt: skip
         return done.stdout
 

@@ -44,19 +44,21 @@ def stripe(
     into: tuple[Path, int] | None = None,
     from_file: int | None = None,
     far_name: str = "far",
+    python: str = sys.executable,
 ) -> tuple[int, int, list[int], bytes, str]:
     """`data` split into n pipes, each carried by `carry` (a shell filter; `cat` carries
     all) to its connection's end (`hand`), which hands it to the joiner; `carry` applies
     to connection 1 only. The joiner writes to stdout, or `into` (a file, the bytes to
     keep). `from_file`: the split reads `data` from a file, from that offset, not from a
-    pipe. `far_name`: the joiner's folder. Returns the split's, the join's and the hands'
-    exit codes, what the join wrote (its stdout) and every message."""
+    pipe. `far_name`: the joiner's folder. `python` runs every end. Returns the split's,
+    the join's and the hands' exit codes, what the join wrote (its stdout) and every
+    message."""
     here, far = pipes(tmp_path / "here", n), tmp_path / far_name
     far.mkdir()
     out = tmp_path / "out"
     extra = ["--into", str(into[0]), "--at", str(into[1])] if into else []
     join = subprocess.Popen(
-        [sys.executable, "-c", PROBE, "join", str(far), *extra],
+        [python, "-c", PROBE, "join", str(far), *extra],
         stdout=out.open("wb"),
         stderr=subprocess.PIPE,
     )
@@ -67,7 +69,7 @@ def stripe(
                 "-c",
                 f'{carry if i == 1 else "cat"} < "$0" | exec "$1" -c "$2" hand "$3" {i} {n}',
                 pipe,
-                sys.executable,
+                python,
                 PROBE,
                 str(far),
             ],
@@ -77,7 +79,7 @@ def stripe(
     ]
     if from_file is None:
         split = subprocess.run(
-            [sys.executable, "-c", PROBE, "split", *here], input=data, capture_output=True
+            [python, "-c", PROBE, "split", *here], input=data, capture_output=True
         )
     else:
         source = tmp_path / "source"
@@ -85,7 +87,7 @@ def stripe(
         with source.open("rb") as f:
             f.seek(from_file)
             split = subprocess.run(
-                [sys.executable, "-c", PROBE, "split", *here], stdin=f, capture_output=True
+                [python, "-c", PROBE, "split", *here], stdin=f, capture_output=True
             )
     said = [h.communicate(timeout=60)[1] for h in hands]
     _, err = join.communicate(timeout=60)
@@ -98,8 +100,9 @@ def stripe(
     )
 
 
-def test_the_bytes_come_back_whole_and_in_order(tmp_path: Path) -> None:
-    split, join, hands, got, said = stripe(tmp_path, DATA, 3)
+def test_the_bytes_come_back_whole_and_in_order(tmp_path: Path, node_python: str) -> None:
+    """On this test's python, and on the oldest a node's host may have."""
+    split, join, hands, got, said = stripe(tmp_path, DATA, 3, python=node_python)
     assert (split, join, hands) == (0, 0, [0, 0, 0]), said
     assert got == DATA
     assert not (tmp_path / "far").exists()  # the joiner removed its socket and its folder
@@ -123,10 +126,13 @@ def test_an_empty_stream_is_an_empty_stream(tmp_path: Path) -> None:
     assert stripe(tmp_path, b"", 2)[:4] == (0, 0, [0, 0], b"")
 
 
-def test_into_a_file_after_its_kept_bytes_with_the_whole_files_sha256(tmp_path: Path) -> None:
+def test_into_a_file_after_its_kept_bytes_with_the_whole_files_sha256(
+    tmp_path: Path, node_python: str
+) -> None:
     part = tmp_path / "part"
     part.write_bytes(DATA[:1000] + b"bytes after the kept ones: written over")
-    split, join, hands, printed, said = stripe(tmp_path, DATA[1000:], 2, into=(part, 1000))
+    got = stripe(tmp_path, DATA[1000:], 2, into=(part, 1000), python=node_python)
+    split, join, hands, printed, said = got
     assert (split, join, hands) == (0, 0, [0, 0]), said
     assert part.read_bytes() == DATA
     assert printed.decode().split() == [hashlib.sha256(DATA).hexdigest()]

@@ -49,9 +49,9 @@ def skipped_paths(paths: list[str], layers: list[str], target: list[list[str]]) 
     """Layer files to leave out: held at every place they appear in the image."""
     if len(paths) != len(layers):
         raise ValueError(f"{len(paths)} layer files for {len(layers)} layers")
-    have = held(layers, target)
-    needed = {p for p, h in zip(paths, have, strict=True) if not h}
-    return {p for p, h in zip(paths, have, strict=True) if h and p not in needed}
+    have = held(layers, target)  # (lengths checked above: no zip(strict=), python 3.9 runs this)
+    needed = {p for i, p in enumerate(paths) if not have[i]}
+    return {p for i, p in enumerate(paths) if have[i] and p not in needed}
 
 
 def layer_paths(archive: IO[bytes]) -> list[str]:

@@ -45,9 +45,9 @@ class SparkVllmClusterArgs:
 
 
 class SparkVllmCluster(pulumi.ComponentResource):
-    """Outputs: endpoint, health, served_model, ray_dashboard, ray_dashboard_tunnel,
-    ray_gcs_address, image, model, nodes, ray_client (see docs/outputs.md); all of them
-    also in `outputs`, a dict."""
+    """Outputs: endpoint, served_model, health, launcher, ray_dashboard,
+    ray_dashboard_tunnel, ray_gcs_address, image, model, nodes, links, nccl, ray_client
+    (see docs/outputs.md); all of them also in `outputs`, a dict."""
 
     TYPE = CLUSTER_TYPE
 

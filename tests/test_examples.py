@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import runpy
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -68,15 +70,19 @@ def test_the_example_program_deploys_a_cluster_from_its_own_config(tmp_path: Pat
 def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """examples/two-sparks as a user runs it: its own folder, its Pulumi.yaml's virtualenv,
-    no sys.path edit; the program in its own process, the NodeSteps' provider loaded in the
-    SDK's provider host started in the example's folder (where only the installed package
-    can give `components`). The nodes are in memory (tests/test_plan_engine.py)."""
+    """examples/two-sparks as a user runs it: a copy of its folder, the virtualenv of its
+    own that its Pulumi.yaml names (here this one linked in: the package is installed in
+    it), no sys.path edit; the program in its own process, the NodeSteps' provider loaded
+    in the SDK's provider host started in the example's folder (where only the installed
+    package can give `components`). The nodes are in memory (tests/test_plan_engine.py)."""
     from tests.test_plan_engine import Stack, changed
 
     key, _values, cfg = example_cluster(tmp_path)
+    example = tmp_path / "two-sparks"
+    shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns(".venv", ".localengine"))
+    (example / ".venv").symlink_to(sys.prefix)
     stack = Stack(tmp_path / "backend", monkeypatch)
-    stack.project_dir = EXAMPLE
+    stack.project_dir = example
     stack.answers = NodeAnswers(cfg)
     stack.node.images[cfg.image.ref] = "sha256:" + "e" * 64
 
@@ -84,7 +90,7 @@ def test_the_example_deploys_through_the_engine_as_a_user_runs_it(
     stack_file["my-llm:ssh_key_file"] = str(key)
 
     def engine(operation: str) -> dict[str, str]:
-        return changed(stack.run_in(operation, "dev", EXAMPLE, stack_file))
+        return changed(stack.run_in(operation, "dev", example, stack_file))
 
     planned = engine("preview")
     done = engine("up")

@@ -3,13 +3,17 @@
 `python -m sparkvllm.schema` writes schema/stack-config.schema.json (for editors), the
 config reference table between the markers in docs/config.md, and the `config:` block of
 Pulumi.yaml (the project's declared keys, which `pulumi config`, `pulumi preview` and
-`pulumi up` check). Tests fail when any is stale.
+`pulumi up` check). `--check` writes nothing and exits 1 naming each file that is stale.
+Tests fail when any is stale.
 """
 
+import argparse
 import json
 import re
+import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -146,8 +150,42 @@ def project_file_with_config(text: str) -> str:
     return f"{head}\n{note}{block}"
 
 
+def generated() -> dict[Path, str]:
+    """Each generated file and what it should hold."""
+    return {
+        SCHEMA_FILE: render(),
+        REFERENCE: readme_with_reference(REFERENCE.read_text()),
+        PROJECT_FILE: project_file_with_config(PROJECT_FILE.read_text()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sparkvllm.schema",
+        description="Write the files generated from the stack-config schema: "
+        f"{SCHEMA_FILE.relative_to(PROJECT_DIR)}, the config reference in "
+        f"{REFERENCE.relative_to(PROJECT_DIR)} and {PROJECT_FILE.name}'s config block.",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 naming each stale file"
+    )
+    args = parser.parse_args(argv)
+    try:
+        files = generated()
+        stale = [p for p, text in files.items() if not p.exists() or p.read_text() != text]
+        names = ", ".join(str(p.relative_to(PROJECT_DIR)) for p in stale)
+        if args.check:
+            if stale:
+                print(f"stale: {names}; fix: python -m sparkvllm.schema", file=sys.stderr)
+            return 1 if stale else 0
+        for path in stale:
+            path.write_text(files[path])
+    except OSError as e:
+        print(f"error: {e}; fix: run it in a writable spark-vllm checkout", file=sys.stderr)
+        return 2
+    print(f"wrote {names}" if stale else "the generated files are current")
+    return 0
+
+
 if __name__ == "__main__":
-    SCHEMA_FILE.write_text(render())
-    REFERENCE.write_text(readme_with_reference(REFERENCE.read_text()))
-    PROJECT_FILE.write_text(project_file_with_config(PROJECT_FILE.read_text()))
-    print(f"wrote {SCHEMA_FILE}, the config reference in {REFERENCE} and {PROJECT_FILE}'s config")
+    sys.exit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -65,3 +66,27 @@ def test_stack_files_pass_the_project_config_block(stack: str) -> None:
     ours = {k.removeprefix("spark-vllm:"): v for k, v in merged.items() if "pulumi:" not in k}
     assert set(ours) > set(raw)
     assert load_stack_config(ours) == load_stack_config(raw)
+
+
+def test_the_generator_helps_and_checks_without_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--help` prints help; `--check` names a stale file and writes nothing; no flag
+    writes it."""
+    from sparkvllm import schema
+
+    for name in ("SCHEMA_FILE", "REFERENCE", "PROJECT_FILE"):
+        path = getattr(schema, name)
+        copy = tmp_path / path.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text())
+        monkeypatch.setattr(schema, name, copy)
+    monkeypatch.setattr(schema, "PROJECT_DIR", tmp_path)
+    schema.SCHEMA_FILE.write_text("{}\n")
+    with pytest.raises(SystemExit, match="0"):
+        schema.main(["--help"])
+    assert schema.main(["--check"]) == 1 and schema.SCHEMA_FILE.read_text() == "{}\n"
+    assert "stale: schema/stack-config.schema.json; fix: python -m sparkvllm.schema" in (
+        capsys.readouterr().err
+    )
+    assert schema.main([]) == 0 and schema.main(["--check"]) == 0

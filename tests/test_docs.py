@@ -60,7 +60,7 @@ def test_a_command_shown_exists_and_takes_its_flags(page: str, command: str) -> 
     m = COMMAND.search(command)
     assert m is not None
     args = m["args"].replace("\\|", "|").split()
-    flags = sorted({a.strip("[]").split("=")[0] for a in args if a.strip("[").startswith("--")})
+    flags = sorted(set(re.findall(r"(?<![\w-])--[a-z][\w-]*", m["args"])))
     if m["exe"]:  # a bash script: its flags are in its text
         script = ROOT / m["exe"]
         assert os.access(script, os.X_OK), f"{page}: {command}: no executable {m['exe']}"

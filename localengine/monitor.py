@@ -46,11 +46,25 @@ FEATURES = (
 _LEGACY = {"secrets", "resourceReferences", "aliasSpecs", "deletedWith"}
 
 
-def _refuse(context: Any, fn: Callable[[], Any]) -> Any:
-    """An engine error goes back to the program as the call's status, in one line."""
+# source_eval.go (v3.259.0) RegisterResource / RegisterResourceOutputs: once the step
+# executor cancels the deployment (step_executor.go cancelDueToError: a step failed), every
+# call waiting on a step or arriving after is answered Unavailable. The SDK then ends the
+# program quietly (settings.py grpc_error_to_exception: RunError "Resource monitor has
+# terminated"), and the CLI shows the step's error, once.
+SHUT_DOWN = "resource monitor shut down while waiting on step's done channel"
+
+
+def _refuse(context: Any, fn: Callable[[], Any], deployment: Deployment | None) -> Any:
+    """An engine error goes back to the program as the call's status, in one line:
+    Unavailable once the deployment was cancelled by a failed step, else Unknown (the
+    request itself is wrong: the program's own error)."""
+    if deployment is not None and deployment.failed():
+        context.abort(grpc.StatusCode.UNAVAILABLE, SHUT_DOWN)
     try:
         return fn()
     except (EngineError, wire.UnsupportedValue) as e:
+        if deployment is not None and deployment.failed():
+            context.abort(grpc.StatusCode.UNAVAILABLE, SHUT_DOWN)
         context.abort(grpc.StatusCode.UNKNOWN, str(e))
 
 
@@ -79,7 +93,7 @@ class EngineMonitor(resource_pb2_grpc.ResourceMonitorServicer):
         )
 
     def RegisterResource(self, request: Any, context: Any) -> Any:
-        return _refuse(context, lambda: self._register(request))
+        return _refuse(context, lambda: self._register(request), getattr(self, "deployment", None))
 
     def _register(self, request: Any) -> Any:
         dep = self.deployment
@@ -141,7 +155,7 @@ class EngineMonitor(resource_pb2_grpc.ResourceMonitorServicer):
         return empty_pb2.Empty()
 
     def RegisterResourceOutputs(self, request: Any, context: Any) -> Any:
-        return _refuse(context, lambda: self._outputs(request))
+        return _refuse(context, lambda: self._outputs(request), getattr(self, "deployment", None))
 
     def _outputs(self, request: Any) -> Any:
         self.deployment.component_outputs(request.urn, wire.from_struct(request.outputs))
@@ -150,16 +164,20 @@ class EngineMonitor(resource_pb2_grpc.ResourceMonitorServicer):
 
 class EngineService(engine_pb2_grpc.EngineServicer):
     """Log lines of the program go to `log` (errors also to `errors`, the run's first
-    one reported as its error)."""
+    one reported as its error). Once `cancelled()` (a step failed: the CLI's engine has
+    ended the deployment and no longer shows the program), its lines are dropped."""
 
     def __init__(self, log: Callable[[str], None]):
         self.log = log
+        self.cancelled: Callable[[], bool] = lambda: False
         self.errors: list[str] = []
         self._root = ""
         self._lock = threading.Lock()
 
     def Log(self, request: Any, context: Any) -> Any:
         message = request.message.rstrip("\n")
+        if self.cancelled():
+            return empty_pb2.Empty()
         if request.severity == engine_pb2.ERROR:
             with self._lock:
                 self.errors.append(message)

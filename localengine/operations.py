@@ -209,6 +209,7 @@ def run(
             return refused(str(e))
         held.callback(deployment.close)
         monitor.deployment = deployment
+        engine.cancelled = lambda: bool(deployment.failed())
         earlier, creates = deployment.earlier_pending, deployment.carried
         if operation in ("up", "destroy") and creates:
             return refused(f"nothing was done: {interrupted_creates(creates, stack)}")

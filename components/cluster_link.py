@@ -1,5 +1,5 @@
 """ClusterLinks: what the cluster link carries, measured from the head to each worker in the
-preflight (sparkvllm/specs/link_rate.py), one worker after another, before any transfer
+preflight (sparkvllm/specs/link_checks.py), one worker after another, before any transfer
 uses the link. A slow path is a warning naming it, its rate, the rate expected and the
 likely cause with its fix; the figures are the stack's `links` output (the probe drift
 check compares the link with them later). The measurements are checks: never read back,

@@ -31,7 +31,7 @@ from sparkvllm.drift import Runner, last_outputs, link_drift, read_links, read_l
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
 from sparkvllm.specs.facts import facts_command
-from sparkvllm.specs.link_rate import LinkRate
+from sparkvllm.specs.link_checks import LinkRate
 from sparkvllm.workstation import SshAccess, tool_inputs
 
 REDACTED = "[redacted]"

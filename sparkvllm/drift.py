@@ -24,7 +24,7 @@ from sparkvllm import outputs
 from sparkvllm.config import PROJECT_DIR, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
-from sparkvllm.specs import link_rate
+from sparkvllm.specs import link_checks
 from sparkvllm.workstation import SshAccess, tool_inputs
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
@@ -60,43 +60,43 @@ def read_live(
 
 def read_links(
     cfg: StackConfig, access: SshAccess, runner: Runner = run_ssh
-) -> dict[str, link_rate.LinkRate | str]:
+) -> dict[str, link_checks.LinkRate | str]:
     """What the cluster link carries now, from the head to each worker, one after another
     (scripts/link_rate.sh, as the preflight measures it: a few seconds and a bounded byte
     count each way); worker -> its figures, or why it could not be measured."""
-    out: dict[str, link_rate.LinkRate | str] = {}
+    out: dict[str, link_checks.LinkRate | str] = {}
     head = access.targets[cfg.head]
     for worker in cfg.worker_nodes:
         # The preflight's own step, run as its node runs it (its key on stdin).
-        spec = link_rate.link_rate_step(cfg, worker, access.host_keys.get(worker.name))
+        spec = link_checks.link_rate_step(cfg, worker, access.host_keys.get(worker.name))
         result = runner(
             head, spec.shell_command, stdin=access.key_of(worker.name), timeout=spec.timeout_s
         )
         if result.returncode != 0:
             out[worker.name] = (result.stderr.strip().splitlines() or ["no answer"])[-1]
         else:
-            out[worker.name] = link_rate.parse_rate(cfg.head, worker.name, result.stdout)
+            out[worker.name] = link_checks.parse_rate(cfg.head, worker.name, result.stdout)
     return out
 
 
 def link_drift(
-    cfg: StackConfig, measured: dict[str, link_rate.LinkRate | str], last: dict[str, Any]
+    cfg: StackConfig, measured: dict[str, link_checks.LinkRate | str], last: dict[str, Any]
 ) -> list[drift.Drift]:
     """A path slower than half what it carried when deployed (the `links` output), or slow
     beside the others or its negotiated speed now; a link that could not be measured."""
-    rates = {w: r for w, r in measured.items() if isinstance(r, link_rate.LinkRate)}
+    rates = {w: r for w, r in measured.items() if isinstance(r, link_checks.LinkRate)}
     found = []
     for w, why in measured.items():
         if isinstance(why, str):
             fix = "" if "fix:" in why else f"; fix: check ssh from {cfg.head} to {w} over the link"
             found.append(drift.Drift(w, "link not measured", why + fix))
     facts = last.get("nodes") or {}
-    slower = link_rate.rate_drift(cfg, rates, last.get("links") or {}, facts)
+    slower = link_checks.rate_drift(cfg, rates, last.get("links") or {}, facts)
     found += [drift.Drift(w, "link slower", detail) for w, detail in slower]
     if not slower:
         found += [
             drift.Drift(w, "link slow", warning)
-            for w, warning in link_rate.slow_paths(cfg, rates, facts)
+            for w, warning in link_checks.slow_paths(cfg, rates, facts)
         ]
     return found
 

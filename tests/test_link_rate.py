@@ -1,5 +1,5 @@
 """The cluster link's measurement: the probe over loopback, the parser, the rules that turn
-figures into warnings and drift findings (sparkvllm/specs/link_rate.py)."""
+figures into warnings and drift findings (sparkvllm/specs/link_checks.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 from sparkvllm import drift
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.probes import script
-from sparkvllm.specs import link_rate
-from sparkvllm.specs.link_rate import LinkRate, parse_rate, rate_drift, rate_warnings
+from sparkvllm.specs import link_checks
+from sparkvllm.specs.link_checks import LinkRate, parse_rate, rate_drift, rate_warnings
 from tests.conftest import TEST_PRIVATE_KEY, stack_file
 
 PROBE = script("link_rate")
@@ -178,8 +178,25 @@ def test_the_probe_drift_check_measures_from_the_head_with_the_workers_key() -> 
 
 def test_the_measurement_step_runs_on_the_head_and_is_never_read_back() -> None:
     cfg = three_nodes()
-    spec = link_rate.link_rate_step(cfg, cfg.nodes[2], "ssh-ed25519 AAAA")
+    spec = link_checks.link_rate_step(cfg, cfg.nodes[2], "ssh-ed25519 AAAA")
     assert (spec.name, spec.node, spec.read) == ("link-rate-spark-3", "spark-1", None)
     assert spec.stdin_secret == "ssh_private_key"
     assert ("PEER_HOST_KEY", "ssh-ed25519 AAAA") in spec.env
     assert "readonly TARGET_ADDRESS='192.168.100.3'" in spec.create
+
+
+def test_no_two_modules_of_the_package_share_a_name() -> None:
+    """The probe (sparkvllm/probes/link_rate.py, whose name is part of a step's identity)
+    and the rules (sparkvllm/specs/link_checks.py) were both `link_rate`: a reader, a
+    traceback and `import` could confuse them."""
+    from collections import Counter
+
+    from tests.conftest import ROOT
+
+    names = Counter(
+        p.stem
+        for folder in ("sparkvllm", "components")
+        for p in (ROOT / folder).rglob("*.py")
+        if p.stem != "__init__"
+    )
+    assert [n for n, count in names.items() if count > 1] == []

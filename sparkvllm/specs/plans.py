@@ -15,7 +15,15 @@ from functools import partial
 from typing import Any, ClassVar
 
 from sparkvllm.config import NodeConfig, StackConfig
-from sparkvllm.specs import commands, containers, facts, link_rate, model_support, versions, weights
+from sparkvllm.specs import (
+    commands,
+    containers,
+    facts,
+    link_checks,
+    model_support,
+    versions,
+    weights,
+)
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
 from sparkvllm.specs.ssh import Reach, url_host
@@ -168,10 +176,10 @@ def links(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> LinksPlan:
         name="link",
         head=cfg.head,
         steps={
-            n.name: link_rate.link_rate_step(cfg, n, host_keys.get(n.name))
+            n.name: link_checks.link_rate_step(cfg, n, host_keys.get(n.name))
             for n in cfg.worker_nodes
         },
-        verdict=partial(link_rate.links_verdict, cfg),
+        verdict=partial(link_checks.links_verdict, cfg),
     )
 
 

@@ -234,13 +234,11 @@ class Issue(BaseModel):
 class ConfigError(Exception):
     """The stack config is invalid. Raised before any resource is registered."""
 
-    def __init__(self, issues: Iterable[Issue]):
+    def __init__(self, issues: Iterable[Issue], what: str = "stack config is invalid"):
         self.issues = list(issues)
         lines = "\n".join(f"  - {i.render()}" for i in self.issues)
         noun = "problem" if len(self.issues) == 1 else "problems"
-        super().__init__(
-            f"stack config is invalid ({len(self.issues)} {noun}); nothing was deployed:\n{lines}"
-        )
+        super().__init__(f"{what} ({len(self.issues)} {noun}); nothing was deployed:\n{lines}")
 
 
 def _redacted(path: str, value: Any) -> str:
@@ -1162,6 +1160,18 @@ def _walk(loc: tuple[int | str, ...]) -> tuple[type[BaseModel] | None, str | Non
     return model, desc
 
 
+def _named(loc: tuple[int | str, ...], desc: str | None) -> str:
+    """A field as a fix names it: `nodes (the GB10 nodes)`, from its description (without
+    its SECRET marker; a leading word in lower case unless it is a name, e.g. RoCE)."""
+    name = next((str(p) for p in reversed(loc) if isinstance(p, str)), "a valid value")
+    text = re.sub(r"^SECRET(, optional)?\. ", "", (desc or "").strip()).rstrip(".")
+    if not text:
+        return f"{name} (see the config reference)"
+    if text[:1].isupper() and text[1:2].islower():
+        text = text[0].lower() + text[1:]
+    return f"{name} ({text})"
+
+
 def _issue_from_pydantic(err: Mapping[str, Any]) -> Issue:
     loc = tuple(err["loc"])
     msg = str(err["msg"])
@@ -1176,9 +1186,9 @@ def _issue_from_pydantic(err: Mapping[str, Any]) -> Issue:
             allowed = ", ".join(parent.model_fields) if parent else "see the config reference"
             fix = f"remove it or fix its spelling; allowed here: {allowed}"
         elif err["type"] == "missing":
-            fix = f"add it: {desc or 'see the config reference'}"
+            fix = f"add {_named(loc, desc)}"
         else:
-            fix = f"give {desc or 'a valid value (see the config reference)'}"
+            fix = f"give {_named(loc, desc)}"
     value = err.get("input")
     if err["type"] == "missing":
         value = "(missing)"

@@ -415,6 +415,35 @@ def test_bad_input_names_field_value_and_fix(
     assert re.match(rf"  - {re.escape(path)} = .+: .+\. Fix: .+\.$", line), line
 
 
+# A fix made from the field's description reads as a sentence: the field, then what it
+# is (it read `Fix: add it: The GB10 nodes.` and `Fix: give SECRET. The SSH ...`).
+GENERATED_FIXES = [
+    ("a missing field", "nodes", None, "Fix: add nodes (the GB10 nodes)."),
+    ("a wrong type", "image", 5, "Fix: give image (the vLLM image)."),
+    ("a secret of the wrong type", "ssh_private_key", 5,
+     "Fix: give ssh_private_key (the SSH private key for every node: `pulumi config set"),
+    ("a nested field", "timeouts", {"ray_ready_s": "soon"},
+     "Fix: give ray_ready_s (seconds to wait for Ray"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fix"), [c[1:] for c in GENERATED_FIXES], ids=[c[0] for c in GENERATED_FIXES]
+)
+def test_a_generated_fix_names_the_field_then_what_it_is(
+    spark_raw: Raw, field: str, value: Any, fix: str
+) -> None:
+    raw = copy.deepcopy(spark_raw)
+    if value is None:
+        del raw[field]
+    else:
+        raw[field] = value
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(raw)
+    assert fix in str(info.value), str(info.value)
+    assert "SECRET" not in str(info.value)
+
+
 def test_several_problems_are_reported_together(spark_raw: Raw) -> None:
     raw = copy.deepcopy(spark_raw)
     raw["head"] = "nope"

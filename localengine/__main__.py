@@ -1,4 +1,6 @@
 """The local engine's command line: the stand-in for `pulumi` where the CLI cannot run.
+It works on the Pulumi project in the current folder (or the nearest folder above it that
+holds a Pulumi.yaml, as the CLI finds it), or on `--cwd DIR`'s.
 
     python -m localengine up|preview|refresh|destroy --stack NAME
         [--refresh] [--expect-no-changes] [--replace URN]... [--parallel N] [--json]
@@ -15,8 +17,10 @@
     python -m localengine import --stack NAME --file FILE
         (the stack's state becomes a `stack export` file's, ours or the CLI's)
 
-Exit codes as the Pulumi CLI's: 0 ok, 1 a step or the program failed, 7 changes were
-found under --expect-no-changes, 8 cancelled (^C or SIGTERM; a second one terminates).
+Exit codes as the Pulumi CLI's (pkg/cmd/pulumi/cmd/exit_codes.go): 0 ok, 1 a step or the
+program failed (a config error the program found included), 2 bad usage (a flag, a
+project folder or a backend it cannot use), 6 no such stack, 7 changes were found under
+--expect-no-changes, 8 cancelled (^C or SIGTERM; a second one terminates).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from localengine import wire
 from localengine.executor import STACK_TYPE
@@ -37,10 +41,20 @@ from localengine.project import StackConfigError
 from localengine.state import StateError, StateFile
 from localengine.state_edit import EditError, delete_resources, import_deployment
 
+EXIT_USAGE = 2  # ExitConfigurationError
+EXIT_STACK_NOT_FOUND = 6  # ExitStackNotFound
 EXIT_NO_CHANGES = 7
 EXIT_CANCELLED = 8  # pkg/cmd/pulumi/cmd/exit_codes.go ExitCancelled
 EXIT_INTERNAL = 255  # ExitInternalError
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+USAGE = """python -m localengine up|preview|refresh|destroy [--stack NAME] [--cwd DIR]
+           [--refresh|--no-refresh] [--expect-no-changes] [--replace URN]... [--parallel N]
+           [--json] [--debug]
+       python -m localengine refresh [--stack NAME] [--import-pending-creates URN ID]...
+           [--clear-pending-creates]
+       python -m localengine state delete URN [URN...] [--stack NAME] [--target-dependents]
+       python -m localengine output [--stack NAME] [--json] [--show-secrets]
+       python -m localengine export [--stack NAME] [--file FILE]
+       python -m localengine import [--stack NAME] --file FILE"""
 
 
 # pulumi pkg/backend/filestate/backend.go validateStackName (the local backend's rule).
@@ -56,16 +70,47 @@ def stack_name(text: str) -> str:
     return text
 
 
+def parallel_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: give a whole number of 1 or more (1: one step at a time)"
+        )
+    return value
+
+
+def find_project(start: Path) -> Path | None:
+    """pulumi sdk/go/common/workspace/paths.go DetectProjectPathFrom: the first folder,
+    from `start` up, that holds a Pulumi.yaml."""
+    for folder in [start, *start.parents]:
+        if (folder / "Pulumi.yaml").is_file():
+            return folder
+    return None
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line naming the flag or value and the fix, exit 2 (not the whole
+    usage block: `--help` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m localengine", description=__doc__.split("\n")[0])
+    p = _Parser(prog="python -m localengine", usage=USAGE, description=__doc__.split("\n")[0])
     p.add_argument(
         "operation",
         choices=["up", "preview", "refresh", "destroy", "output", "export", "import", "state"],
     )
-    p.add_argument("words", nargs="*", metavar="delete URN", help="state: delete URN...")
+    p.add_argument("words", nargs="*", metavar="ARG",
+                   help="state: `delete URN...`, the resources to forget")  # fmt: skip
     p.add_argument(
-        "--stack", "-s", default="sim", type=stack_name, help="stack name (default: sim)"
-    )
+        "--stack", "-s", default="sim", type=stack_name, metavar="NAME",
+        help="stack name (default: sim)",
+    )  # fmt: skip
     p.add_argument(
         "--refresh", action=argparse.BooleanOptionalAction, default=None,
         help="read every resource back first (default: Pulumi.yaml options.refresh)",
@@ -73,7 +118,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--expect-no-changes", action="store_true", help="exit 7 if anything changes")
     p.add_argument("--replace", action="append", default=[], metavar="URN",
                    help="replace this resource even if its inputs did not change")  # fmt: skip
-    p.add_argument("--parallel", "-p", type=int, default=None, metavar="N",
+    p.add_argument("--parallel", "-p", type=parallel_count, default=None, metavar="N",
                    help="at most N resource operations at once (default: 4 per CPU, "
                    "or PULUMI_PARALLEL)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -88,8 +133,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--target-dependents", action="store_true",
                    help="state delete: delete the resources that depend on it too")  # fmt: skip
     p.add_argument("--debug", action="store_true", help="show an internal error's traceback")
-    p.add_argument("--cwd", type=Path, default=PROJECT_DIR, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    p.add_argument("--cwd", "-C", type=Path, default=None, metavar="DIR",
+                   help="the Pulumi project's folder (default: the current folder, or the "
+                   "nearest one above it that holds a Pulumi.yaml)")  # fmt: skip
+    args = p.parse_args(argv)
+    found = find_project((args.cwd or Path.cwd()).resolve())
+    if found is None:
+        where = args.cwd if args.cwd is not None else Path.cwd()
+        p.error(
+            f"no Pulumi.yaml in {where} or any folder above it. Fix: run in your Pulumi "
+            "project's folder, or give --cwd DIR"
+        )
+    args.cwd = found
+    return args
 
 
 def summary(result: Result) -> str:
@@ -178,7 +234,27 @@ def edit_state(args: argparse.Namespace) -> int:
         return 1
 
 
+def stack_exists(project_dir: Path, stack: str) -> bool:
+    """A stack the local engine knows: its Pulumi.<stack>.yaml or a state of it (there is
+    no `stack init` here: a stack file is how a stack is made)."""
+    state = StateFile(project_dir, stack)  # refuses a backend it cannot use
+    if (project_dir / f"Pulumi.{stack}.yaml").is_file():
+        return True
+    return state.path.exists() or state.earlier_path.exists()
+
+
 def _main(args: argparse.Namespace) -> int:
+    try:
+        known = stack_exists(args.cwd, args.stack)
+    except (StackConfigError, StateError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if not known:
+        # The CLI: "no stack named 'X' found" (pkg/cmd/pulumi/stack/stack_select.go).
+        print(f"error: no stack named {args.stack!r} found: no Pulumi.{args.stack}.yaml and no "
+              f"state in {args.cwd}. Fix: pick a stack that has one (ls Pulumi.*.yaml), or "
+              f"create Pulumi.{args.stack}.yaml", file=sys.stderr)  # fmt: skip
+        return EXIT_STACK_NOT_FOUND
     if args.operation in ("state", "import"):
         return edit_state(args)
     if args.words:
@@ -234,7 +310,7 @@ def _main(args: argparse.Namespace) -> int:
             print(json.dumps(wire.redacted(result.outputs), indent=2, sort_keys=True, default=str))
         print(summary(result))
         if result.error:
-            print(f"error: {result.error}", file=sys.stderr)
+            print(f"error: {result.error}", file=sys.stderr)  # a config error: a line each
     if result.cancelled:
         return EXIT_CANCELLED
     if result.error:

@@ -163,9 +163,10 @@ class EngineMonitor(resource_pb2_grpc.ResourceMonitorServicer):
 
 
 class EngineService(engine_pb2_grpc.EngineServicer):
-    """Log lines of the program go to `log` (errors also to `errors`, the run's first
-    one reported as its error). Once `cancelled()` (a step failed: the CLI's engine has
-    ended the deployment and no longer shows the program), its lines are dropped."""
+    """Log lines of the program go to `log`; its errors to `errors` (the run's first one
+    is reported as its error, once, when the run ends). Once `cancelled()` (a step failed:
+    the CLI's engine has ended the deployment and no longer shows the program), its lines
+    are dropped."""
 
     def __init__(self, log: Callable[[str], None]):
         self.log = log
@@ -179,9 +180,8 @@ class EngineService(engine_pb2_grpc.EngineServicer):
         if self.cancelled():
             return empty_pb2.Empty()
         if request.severity == engine_pb2.ERROR:
-            with self._lock:
+            with self._lock:  # shown once, as the run's error, when the run ends
                 self.errors.append(message)
-            self.log(f"error: {message}")
         elif request.severity in (engine_pb2.WARNING, engine_pb2.INFO):
             prefix = "warning: " if request.severity == engine_pb2.WARNING else ""
             self.log(f"{prefix}{message}")

@@ -223,16 +223,10 @@ def run_program(
         log=deployment.log,
     )  # fmt: skip
     if code != 0:
-        raise ProgramError(_one_line(engine.errors) or f"the program exited with code {code}")
+        raise ProgramError(_first(engine.errors) or f"the program exited with code {code}")
 
 
-def _one_line(errors: list[str]) -> str:
-    """The program's first error in one line: its first line, and for a traceback (the
-    language host's "Program failed with an unhandled exception:") the exception itself,
-    its last line (the whole of it was logged)."""
-    if not errors:
-        return ""
-    lines = [line for line in errors[0].splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].rstrip().endswith(":"):
-        return f"{lines[0].strip()} {lines[-1].strip()}"
-    return lines[0].strip() if lines else ""
+def _first(errors: list[str]) -> str:
+    """The program's first error, whole (the CLI's Diagnostics show it once, at the end):
+    a config error's one line per problem, a traceback as the language host wrote it."""
+    return errors[0].strip() if errors else ""

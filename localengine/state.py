@@ -114,11 +114,17 @@ STATE_FOLDER = ".localengine"
 
 
 def backend_dir(project_dir: Path) -> Path:
-    """`LOCALENGINE_BACKEND_URL=file://DIR` if set, else the project directory."""
+    """`LOCALENGINE_BACKEND_URL=file://DIR` if set, else the project directory. Another
+    scheme (the CLI's cloud, s3://, ...) is refused: the local engine keeps files only."""
     url = os.environ.get(BACKEND_VAR, "")
-    if url.startswith("file://"):
-        return Path(url.removeprefix("file://")).expanduser()
-    return project_dir
+    if not url:
+        return project_dir
+    if not url.startswith("file://") or not url.removeprefix("file://"):
+        raise StateError(
+            f"{BACKEND_VAR} = {url[:200]!r}: the local engine keeps its states in a folder "
+            f"only. Fix: set it to file://DIR, or unset it (the project's folder)"
+        )
+    return Path(url.removeprefix("file://")).expanduser()
 
 
 def _earlier_location(project_dir: Path, project: str) -> Path:
@@ -232,6 +238,11 @@ class StateFile:
         return value
 
     # --- file -----------------------------------------------------------------------
+
+    @property
+    def earlier_path(self) -> Path:
+        """Where the local engine kept this stack's state before (moved on first use)."""
+        return self._earlier
 
     def move_from_earlier_location(self) -> str:
         """A state the local engine wrote at its earlier place (under `.pulumi/`, where the

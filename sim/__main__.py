@@ -72,12 +72,12 @@ def _stack_alias(command: str, cluster: Cluster) -> int:
     if command == "drift":
         return drift.main(["--stack", SIM_STACK])
     if command == "destroy":
-        return engine(["destroy", "--stack", SIM_STACK])
+        return engine(["destroy", "--stack", SIM_STACK, "--cwd", str(REPO_ROOT)])
     cluster.up(2)
     if not any(StateFile(REPO_ROOT, SIM_STACK).load()):
         # Containers that no state knows of (a deleted state) would block the creates.
         cluster.remove_inner_containers(f"{LABEL_PREFIX}.stack={SIM_STACK}")
-    return engine(["up", "--stack", SIM_STACK])
+    return engine(["up", "--stack", SIM_STACK, "--cwd", str(REPO_ROOT)])
 
 
 if __name__ == "__main__":

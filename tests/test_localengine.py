@@ -491,10 +491,11 @@ def test_cli_expect_no_changes_exits_7_when_something_changes(
 ) -> None:
     monkeypatch.setattr(cli, "run", lambda *a, **kw: project.run(*a[:1], **{
         k: v for k, v in kw.items() if k in ("refresh", "replace_urns")}))  # fmt: skip
-    assert cli.main(["up", "--stack", "test", "--json"]) == 0
-    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json"]) == 0
+    here = ["--cwd", str(project.dir)]
+    assert cli.main(["up", "--stack", "test", "--json", *here]) == 0
+    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json", *here]) == 0
     project.config(restart="always")
-    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json"]) == 7
+    assert cli.main(["preview", "--stack", "test", "--expect-no-changes", "--json", *here]) == 7
     out = json.loads(capsys.readouterr().out.strip().split("\n}\n")[-1] or "{}")
     assert out["counts"]["update"] == 1
 

@@ -34,9 +34,10 @@ class SparkVllmClusterArgs:
     """`config`: a validated StackConfig (sparkvllm.config.load_stack_config turns a dict
     into one, naming every bad field). `project_dir`: where relative key-file paths of the
     config are read from (default: the working directory). `stack`: the name containers
-    and the workstation's key directory carry (default: the Pulumi stack's). `access`: how
-    to reach the nodes, when the caller prepared it (sparkvllm.workstation.
-    prepare_ssh_access); by default the component prepares it."""
+    and the workstation's key directory carry (default: the Pulumi stack's; the directory
+    is also named by the Pulumi project). `access`: how to reach the nodes, when the caller
+    prepared it (sparkvllm.workstation.prepare_ssh_access); by default the component
+    prepares it."""
 
     config: StackConfig
     project_dir: Path | None = None
@@ -60,7 +61,7 @@ class SparkVllmCluster(pulumi.ComponentResource):
         stack = args.stack or pulumi.get_stack()
         # Key files are read (and a bad one refused) before anything is registered.
         access = args.access or prepare_ssh_access(
-            args.config, stack, args.project_dir or Path.cwd()
+            args.config, stack, args.project_dir or Path.cwd(), pulumi.get_project()
         )
         super().__init__(self.TYPE, name, None, opts)
         self.outputs: dict[str, Any] = deploy(args.config, stack, access, parent=self)

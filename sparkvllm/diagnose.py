@@ -10,7 +10,9 @@ lines, the preflight facts (GPU, memory, netdev, RDMA, the host's NCCL, free dis
 The likely fault is the first finding of the drift check (sparkvllm/specs/drift_rules.py)
 in order of what breaks the most: a node unreachable, a container stopped (with its exit
 code, OOM kill and telling log line), Ray missing a node, the server stuck or unhealthy, an
-image or weights that differ. Exit status: 0 (no fault found), 1 (a fault), 2 (bad config).
+image or weights that differ. Exit status: 0 (no fault found), 1 (a fault, or the tarball
+could not be written), 2 (a bad config, stack file or --out: the last line names it and the
+fix, nothing written; `--debug` adds the traceback).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
 import shlex
 import sys
@@ -32,7 +35,7 @@ from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
 from sparkvllm.specs.facts import facts_command
 from sparkvllm.specs.link_checks import LinkRate
-from sparkvllm.workstation import SshAccess, tool_inputs
+from sparkvllm.workstation import SshAccess, add_tool_flags, run_tool, tool_inputs
 
 REDACTED = "[redacted]"
 # Which findings break the most, first: the summary names the first one as the likely fault.
@@ -205,20 +208,38 @@ def diagnose(
     return tarball, redact(text, secrets), findings
 
 
+def out_problem(out: Path) -> str | None:
+    """Why the tarball cannot go to `out` (checked before anything is read or written), or
+    None: a folder, or a path under one, this user can write in."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: is not a folder; fix: give a folder (made if missing)"
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        return f"--out {out}: {existing} is not a folder; fix: give a folder (made if missing)"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"--out {out}: cannot write in {existing}; fix: give a folder you can write in"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sparkvllm.diagnose", description=__doc__)
     parser.add_argument("--stack", required=True, help="stack name, e.g. spark or sim")
     parser.add_argument("--out", type=Path, default=Path.cwd(), help="where the tarball goes")
+    add_tool_flags(parser)
     args = parser.parse_args(argv)
-    inputs = tool_inputs(args.stack)
-    if inputs is None:
-        return 2
-    cfg, access = inputs
-    tarball, text, findings = diagnose(cfg, args.stack, access, args.out,
-                                       last=last_outputs(args.stack))  # fmt: skip
-    print(text)
-    print(f"diagnostics: {tarball} (secrets redacted)")
-    return 1 if findings else 0
+    problem = out_problem(args.out.absolute())
+    if problem:
+        parser.error(problem)
+
+    def body() -> int:
+        cfg, access = tool_inputs(args.stack, args.cwd)
+        last = last_outputs(args.stack, args.cwd)
+        tarball, text, findings = diagnose(cfg, args.stack, access, args.out, last=last)
+        print(text)
+        print(f"diagnostics: {tarball} (secrets redacted)")
+        return 1 if findings else 0
+
+    return run_tool(parser.prog, args.debug, body)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Complements `pulumi preview --refresh --expect-no-changes` (which compares Pulumi's state
 and the program with what the providers read back) with what they cannot see; see
 sparkvllm/specs/drift_rules.py. Exit status: 0 no drift, 1 drift (one line per finding, naming
-the node), 2 the config is invalid.
+the node), 2 the config is invalid (or the stack file, or the workstation's key folder: the
+last line names it and the fix; `--debug` adds the traceback).
 
 Config: read through the Pulumi CLI (`pulumi config --json --show-secrets`) when it is
 installed, else from Pulumi.<stack>.yaml (secrets then come from ssh_private_key_file).
@@ -25,7 +26,7 @@ from sparkvllm.config import PROJECT_DIR, StackConfig
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
 from sparkvllm.specs import link_checks
-from sparkvllm.workstation import SshAccess, tool_inputs
+from sparkvllm.workstation import SshAccess, add_tool_flags, run_tool, tool_inputs
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -133,17 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         help="do not measure the cluster link (by default: a few seconds of traffic, at "
         "most 8 GiB each way, from the head to each worker)",
     )
+    add_tool_flags(parser)
     args = parser.parse_args(argv)
-    inputs = tool_inputs(args.stack)
-    if inputs is None:
-        return 2
-    cfg, access = inputs
-    found = check(cfg, args.stack, access, last=last_outputs(args.stack), links=not args.no_links)
-    for d in found:
-        print(d.render())
-    if not found:
-        print(f"drift: none ({len(cfg.nodes)} node(s) match the {args.stack} stack config)")
-    return 1 if found else 0
+
+    def body() -> int:
+        cfg, access = tool_inputs(args.stack, args.cwd)
+        last = last_outputs(args.stack, args.cwd)
+        found = check(cfg, args.stack, access, last=last, links=not args.no_links)
+        for d in found:
+            print(d.render())
+        if not found:
+            print(f"drift: none ({len(cfg.nodes)} node(s) match the {args.stack} stack config)")
+        return 1 if found else 0
+
+    return run_tool(parser.prog, args.debug, body)
 
 
 if __name__ == "__main__":

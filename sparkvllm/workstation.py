@@ -10,9 +10,15 @@ workstation or CI runner that never ran the program writes them first with
     python -m sparkvllm.workstation --stack STACK
 
 (the stack's config and secrets: `pulumi config` where the CLI is, else the stack file;
-idempotent). Files are 0600 in a 0700 directory under ~/.cache/spark-vllm/<stack>/
-(override with SPARKVLLM_STATE_DIR). The private key never leaves that file and Pulumi
-secrets.
+idempotent). Files are 0600 in a 0700 directory under ~/.cache/spark-vllm/<project>/<stack>/
+(override the first part with SPARKVLLM_STATE_DIR): two projects with a stack of the same
+name keep their keys apart. Before, the folder was ~/.cache/spark-vllm/<stack>/: it is left
+as it is, since a stack deployed then names its files until its next `up` (which records the
+new ones). The private key never leaves those files and Pulumi secrets.
+
+The tools (this one, sparkvllm.drift, sparkvllm.diagnose) answer a bad config, stack file or
+flag with a few lines, the last naming the file, field or flag and the fix, and exit 2;
+`--debug` adds the traceback.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkvllm import config_sources
 from sparkvllm.config import (
+    PROJECT,
     PROJECT_DIR,
     ConfigError,
     Issue,
@@ -80,13 +89,14 @@ def workstation_versions() -> dict[str, str]:
 DEFAULT_STATE_DIR = "~/.cache/spark-vllm"
 
 
-def state_dir_ref(stack: str) -> str:
-    """The state directory as inputs name it: `~/.cache/spark-vllm/<stack>` by default."""
-    return f"{os.environ.get('SPARKVLLM_STATE_DIR') or DEFAULT_STATE_DIR}/{stack}"
+def state_dir_ref(stack: str, project: str = PROJECT) -> str:
+    """The state directory as inputs name it: `~/.cache/spark-vllm/<project>/<stack>` by
+    default (the Pulumi project's name and the stack's: a stack name alone is not unique)."""
+    return f"{os.environ.get('SPARKVLLM_STATE_DIR') or DEFAULT_STATE_DIR}/{project}/{stack}"
 
 
-def state_dir(stack: str) -> Path:
-    return Path(state_dir_ref(stack)).expanduser()
+def state_dir(stack: str, project: str = PROJECT) -> Path:
+    return Path(state_dir_ref(stack, project)).expanduser()
 
 
 def _read(path: str, base: Path, field_path: str, fix: str) -> str:
@@ -173,8 +183,13 @@ def _node_keys(cfg: StackConfig, project_dir: Path) -> dict[str, str]:
     return keys
 
 
-def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAccess:
-    """Resolve key files named in the config and write the files `ssh` needs."""
+def prepare_ssh_access(
+    cfg: StackConfig, stack: str, project_dir: Path, project: str | None = None
+) -> SshAccess:
+    """Resolve key files named in the config and write the files `ssh` needs, under the
+    state directory of `project` (default: the name Pulumi.yaml in `project_dir` gives).
+    Every key file is read before anything is written: a refusal writes nothing."""
+    project = project or config_sources.project_name(project_dir)
     host_keys = {
         n.name: _host_key(n.ssh, project_dir, f"nodes[{i}].ssh.host_key_file")
         for i, n in enumerate(cfg.nodes)
@@ -185,9 +200,6 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         if jump is not None:
             where = f"nodes[{i}].ssh.jump" if n.ssh.jump else "ssh_jump"
             jump_keys[n.name] = _host_key(jump, project_dir, f"{where}.host_key_file")
-    d = state_dir(stack)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(d, 0o700)
     node_keys = _node_keys(cfg, project_dir)
     if cfg.ssh_private_key is not None:
         private_key = _checked_key(cfg.ssh_private_key.get_secret_value(), "ssh_private_key")
@@ -198,10 +210,38 @@ def prepare_ssh_access(cfg: StackConfig, stack: str, project_dir: Path) -> SshAc
         private_key = _checked_key(text, "ssh_private_key_file")
     else:
         private_key = ""  # every node has its own (the config's rule)
+    ref = state_dir_ref(stack, project)
+    try:
+        return _write_access(cfg, ref, host_keys, jump_keys, node_keys, private_key)
+    except OSError as e:
+        raise ConfigError(
+            [
+                Issue(
+                    path="state folder",
+                    value=ref,
+                    problem=f"cannot write {e.filename or 'in it'}: {e.strerror}",
+                    fix="make it writable (it is under HOME), or point SPARKVLLM_STATE_DIR "
+                    "at a writable folder",
+                )
+            ],
+            what="the workstation's SSH files cannot be written",
+        ) from None
+
+
+def _write_access(
+    cfg: StackConfig,
+    ref: str,
+    host_keys: dict[str, str | None],
+    jump_keys: dict[str, str | None],
+    node_keys: dict[str, str],
+    private_key: str,
+) -> SshAccess:
+    d = Path(ref).expanduser()
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(d, 0o700)
     # The keys always go into the state directory (also when the config names a key file),
     # so the identity every input names is the same file on every workstation: `id` for
     # the stack's key, `id.<node>` for a node's own.
-    ref = state_dir_ref(stack)
     identity = d / "id"
     if private_key:
         _write_private(identity, private_key)
@@ -265,17 +305,41 @@ def prepare_command(stack: str) -> str:
     return f"python -m sparkvllm.workstation --stack {stack}"
 
 
-def tool_inputs(
-    stack: str, project_dir: Path = PROJECT_DIR
-) -> tuple[StackConfig, SshAccess] | None:
+def tool_inputs(stack: str, project_dir: Path = PROJECT_DIR) -> tuple[StackConfig, SshAccess]:
     """The stack's config and the workstation's way to its nodes, for a tool run outside
-    the program (its files written); None after printing what is wrong with them."""
+    the program (its files written). Raises ConfigError (run_tool prints it)."""
+    cfg = config_sources.for_tools(stack, project_dir)
+    return cfg, prepare_ssh_access(cfg, stack, project_dir)
+
+
+def add_tool_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every tool takes beside --stack."""
+    parser.add_argument(
+        "--cwd",
+        type=Path,
+        default=PROJECT_DIR,
+        help="the project's folder (its Pulumi.yaml and Pulumi.<stack>.yaml; default: this "
+        "checkout)",
+    )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+
+
+def run_tool(prog: str, debug: bool, body: Callable[[], int]) -> int:
+    """A tool's body, its errors as lines: a bad config, stack file or workstation folder is
+    its message (the last line names what and the fix) and exit 2; anything else one line
+    and exit 1. `debug`: the traceback first."""
     try:
-        cfg = config_sources.for_tools(stack, project_dir)
-        return cfg, prepare_ssh_access(cfg, stack, project_dir)
+        return body()
     except ConfigError as e:
+        if debug:
+            traceback.print_exc()
         print(e, file=sys.stderr)
-        return None
+        return 2
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: {type(e).__name__}: {e} (--debug shows where)", file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,21 +347,24 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sparkvllm.workstation",
         description="Write what the providers read outside the state (the SSH key and "
         "known_hosts files) for a stack, from its config and secrets. Run it first on a "
-        "machine that never ran the program (a CI runner): refresh reads before the program.",
+        "machine that never ran the program (a CI runner): refresh reads before the program. "
+        "Exit status: 0 written, 2 a bad config, stack file or folder (nothing written).",
     )
     parser.add_argument("--stack", required=True, help="stack name, e.g. spark or sim")
-    parser.add_argument("--cwd", type=Path, default=PROJECT_DIR, help="the project's folder")
+    add_tool_flags(parser)
     args = parser.parse_args(argv)
-    inputs = tool_inputs(args.stack, args.cwd)
-    if inputs is None:
-        return 2
-    cfg, _access = inputs
-    written = sorted(p.name for p in state_dir(args.stack).iterdir())
-    print(
-        f"workstation: {state_dir(args.stack)} holds {', '.join(written)} "
-        f"(0600, for {len(cfg.nodes)} node(s) of the {args.stack} stack)"
-    )
-    return 0
+
+    def body() -> int:
+        cfg, access = tool_inputs(args.stack, args.cwd)
+        folder = Path(access.control_dir_ref).expanduser()
+        written = sorted(p.name for p in folder.iterdir())
+        print(
+            f"workstation: {folder} holds {', '.join(written)} "
+            f"(0600, for {len(cfg.nodes)} node(s) of the {args.stack} stack)"
+        )
+        return 0
+
+    return run_tool(parser.prog, args.debug, body)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from localengine.providers.command import CommandProvider
 from sparkvllm.config import ConfigError, load_stack_config
 from sparkvllm.workstation import prepare_ssh_access
-from tests.conftest import ROOT, TEST_PRIVATE_KEY
+from tests.conftest import ROOT, TEST_PRIVATE_KEY, four_node_raw
 from tests.pulumi_mocks import run_program
 
 WORKER_KEY = TEST_PRIVATE_KEY.replace("7f3a", "w2k2")
@@ -217,3 +217,49 @@ def test_no_jump_host_value_reaches_the_proxy_command_unchecked(
         with pytest.raises(ConfigError) as e:
             load_stack_config(raw)
         assert f"ssh_jump.{field}" in str(e.value), (payload[:30], str(e.value))
+
+
+def test_two_projects_with_a_stack_of_the_same_name_keep_their_keys_apart(
+    spark_raw: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workstation's files are under <state>/<project>/<stack>; the folder of before,
+    <state>/<stack>, is left as it is (a stack deployed then names its files there until
+    its next `up` records the new ones)."""
+    monkeypatch.setenv("SPARKVLLM_STATE_DIR", str(tmp_path))
+    before = tmp_path / "dev"
+    before.mkdir()
+    (before / "known_hosts.spark-9").write_text("a node no longer in the config\n")
+    keys = {"one": TEST_PRIVATE_KEY, "two": WORKER_KEY}
+    for project, key in keys.items():
+        cfg = load_stack_config({**spark_raw, "ssh_private_key": key})
+        access = prepare_ssh_access(cfg, "dev", ROOT, project)
+        assert access.control_dir_ref == f"{tmp_path}/{project}/dev"
+        assert access.reaches["spark-1"].identity_file == f"{tmp_path}/{project}/dev/id"
+    for project, key in keys.items():
+        assert (tmp_path / project / "dev" / "id").read_text() == key
+    assert [p.name for p in before.iterdir()] == ["known_hosts.spark-9"]
+    # Without a project named, the one Pulumi.yaml names (the program's, pulumi.get_project()).
+    cfg = load_stack_config(spark_raw)
+    assert prepare_ssh_access(cfg, "dev", ROOT).control_dir_ref == f"{tmp_path}/spark-vllm/dev"
+
+
+def test_the_docker_providers_control_sockets_fit_a_unix_socket_path(
+    spark_raw: dict[str, Any],
+) -> None:
+    """ssh makes a control socket under its path and a 17-character suffix first, and a
+    Unix socket's path is under 108 bytes: with ssh's own `cm-%C` (43 characters) under
+    ~/.cache/spark-vllm/<project>/<stack>, the README's /home/aurora with the spark stack
+    was one byte too long. Each node its own socket."""
+    from sparkvllm.specs.ssh import Reach
+
+    cfg = load_stack_config(four_node_raw(spark_raw))
+    home, folder = "/home/" + "u" * 14, "~/.cache/spark-vllm/spark-vllm/mysparks"
+    names = set()
+    for node in cfg.nodes:
+        reach = Reach(host=node.ssh.host, port=22, user="aurora", host_key=None,
+                      identity_file=f"{folder}/id")  # fmt: skip
+        (path,) = [o.removeprefix("ControlPath=") for o in reach.docker_ssh_opts("kh", folder)
+                   if o.startswith("ControlPath=")]  # fmt: skip
+        assert len(path.replace("~", home, 1)) + 17 < 108, path
+        names.add(path)
+    assert len(names) == len(cfg.nodes)

@@ -395,8 +395,9 @@ def test_workstation_files_for_docker_ssh(spark_raw: dict[str, Any], tmp_path: P
     # ssh's connection-sharing sockets live in the stack's own 0700 directory, not /tmp.
     state = Path(access.control_dir_ref).expanduser()
     assert state.stat().st_mode & 0o777 == 0o700
-    opts = access.reaches[cfg.nodes[0].name].docker_ssh_opts("kh", access.control_dir_ref)
-    assert f"ControlPath={access.control_dir_ref}/cm-%C" in opts
+    reach = access.reaches[cfg.nodes[0].name]
+    opts = reach.docker_ssh_opts("kh", access.control_dir_ref)
+    assert f"ControlPath={access.control_dir_ref}/{reach.control_name()}" in opts
 
 
 def test_an_image_without_the_model_stops_before_any_container(spark_raw: dict[str, Any]) -> None:

@@ -16,6 +16,7 @@ refuses users and hosts that start with `-`). A node script takes the words as v
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ class SshOptions:
 
     `known_hosts` None means the host key is not verified (the config's explicit opt-out).
     `control_dir`: reuse one connection per node through a socket in that (0700) directory,
-    never the shared /tmp. `extra`: options a provider's config carries as given;
+    never the shared /tmp, named `control_name` (ssh's own `cm-%C` by default).
+    `extra`: options a provider's config carries as given;
     `as_given`: those and nothing else (the docker CLI adds none of its own).
     """
 
@@ -42,6 +44,7 @@ class SshOptions:
     server_alive_s: int | None = 15
     server_alive_count: int | None = 4
     control_dir: str | None = None
+    control_name: str = "cm-%C"
     log_level: str | None = None
     # Reach the host through a jump host: ssh runs this (`jump_command`) for the socket.
     proxy_command: str | None = None
@@ -77,7 +80,7 @@ class SshOptions:
             # The provider opens a new ssh for every API call, and bursts of connections
             # get refused (kreuzwerker issue 262): one master connection serves them all.
             o("ControlMaster=auto")
-            o("ControlPath=", self.control_dir, "/cm-%C")
+            o("ControlPath=", self.control_dir, "/", self.control_name)
             o("ControlPersist=120")
         if self.known_hosts is not None:
             o("UserKnownHostsFile=", self.known_hosts)
@@ -239,14 +242,25 @@ class Reach:
         """The docker provider's `sshOpts` (each `-o` its own argv word). The paths as the
         caller names them (`~/...`), so the provider's config is the same on every
         workstation; the control socket in the stack's own 0700 directory (the provider
-        opens a new ssh for every API call)."""
+        opens a new ssh for every API call), named by the node's user, host, port and jump
+        host in 15 characters where ssh's %C takes 43: a socket's path, with the
+        17-character suffix ssh adds while it makes it, must stay under 108 bytes, and the
+        directory is ~/.cache/spark-vllm/<project>/<stack>."""
         return SshOptions(
             identity=self.identity_file,
             known_hosts=known_hosts_ref if self.host_key else None,
             server_alive_count=None,
             control_dir=control_dir_ref,
+            control_name=self.control_name(),
             proxy_command=self._proxy(self.identity_file, known_hosts_ref),
         ).argv()
+
+    def control_name(self) -> str:
+        """The docker provider's control socket for this node: `cm-` and 12 hex digits."""
+        j = self.jump
+        via = (j.host, j.port, j.user) if j is not None else None
+        node = repr((self.user, self.host, self.port, via)).encode()
+        return f"cm-{hashlib.sha256(node).hexdigest()[:12]}"
 
     def props(self, prefix: str = "") -> dict[str, Any]:
         """As a NodeStep's inputs (`read_` ones for the node it reads back): the jump only

@@ -37,7 +37,7 @@ from localengine import wire
 from localengine.executor import STACK_TYPE
 from localengine.export import ExportError, passphrase_from_env, untyped_deployment
 from localengine.operations import OPS, Result, Terminated, run
-from localengine.project import StackConfigError
+from localengine.project import StackConfigError, read_stack_file
 from localengine.state import StateError, StateFile
 from localengine.state_edit import EditError, delete_resources, import_deployment
 
@@ -255,6 +255,13 @@ def _main(args: argparse.Namespace) -> int:
               f"state in {args.cwd}. Fix: pick a stack that has one (ls Pulumi.*.yaml), or "
               f"create Pulumi.{args.stack}.yaml", file=sys.stderr)  # fmt: skip
         return EXIT_STACK_NOT_FOUND
+    stack_file = args.cwd / f"Pulumi.{args.stack}.yaml"
+    if args.operation in ("up", "preview", "refresh", "destroy") and stack_file.is_file():
+        try:  # the CLI reads the stack's config for each of these before anything else
+            read_stack_file(stack_file)
+        except StackConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
     if args.operation in ("state", "import"):
         return edit_state(args)
     if args.words:

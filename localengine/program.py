@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from localengine import wire
 from localengine.executor import Deployment
 from localengine.langhost import (
@@ -19,7 +17,7 @@ from localengine.langhost import (
     run_program_process,
 )
 from localengine.monitor import EngineService
-from localengine.project import StackConfigError, project_file
+from localengine.project import StackConfigError, project_file, read_stack_file
 
 __all__ = ["ProgramError", "StackConfigError", "project_file", "run_program", "stack_config"]
 
@@ -39,7 +37,7 @@ def stack_config(
             raise StackConfigError(
                 f"stack {stack!r}: no {path.name}; fix: create it or pick another --stack"
             )
-        config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+        config = read_stack_file(path)
     project = project_file(project_dir)
     name = str(project["name"])
     secrets = {k if ":" in k else f"{name}:{k}" for k in secret_keys or []}

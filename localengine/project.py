@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
+from sparkvllm.config import ConfigError
+from sparkvllm.config_sources import load_yaml_file, stack_file_config
 
 
 class StackConfigError(Exception):
@@ -16,8 +17,8 @@ def project_file(project_dir: Path) -> dict[str, Any]:
     path = project_dir / "Pulumi.yaml"
     if not path.exists():
         raise StackConfigError(f"no Pulumi.yaml in {project_dir}; fix: run in the project's folder")
-    project = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(project, dict) or not project.get("name"):
+    project = _loaded(path, "project file")
+    if not project.get("name"):
         raise StackConfigError(f"{path}: no project `name:`; fix: name the project")
     return project
 
@@ -33,3 +34,17 @@ def runtime_options(project: dict[str, Any]) -> dict[str, Any]:
     if isinstance(runtime, dict):
         return dict(runtime.get("options") or {})
     return {}
+
+
+def _loaded(path: Path, what: str) -> dict[str, Any]:
+    """A Pulumi YAML file read as the CLI reads it (sparkvllm.config_sources: UTF-8, a
+    mapping, no key twice); its problem in one line naming the file, the line and the fix."""
+    try:
+        return stack_file_config(path) if what == "stack file" else load_yaml_file(path, what)
+    except ConfigError as e:
+        raise StackConfigError("; ".join(i.render() for i in e.issues)) from None
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `config:` of a stack file (Pulumi.<stack>.yaml)."""
+    return _loaded(path, "stack file")

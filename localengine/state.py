@@ -127,6 +127,11 @@ def backend_dir(project_dir: Path) -> Path:
     return Path(url.removeprefix("file://")).expanduser()
 
 
+def backend_dir_hint(path: Path) -> Path:
+    """The `.localengine` folder above `path` (what a user makes writable)."""
+    return next((p for p in path.parents if p.name == STATE_FOLDER), path.parent)
+
+
 def _earlier_location(project_dir: Path, project: str) -> Path:
     """Where the local engine kept its states before they moved apart from the CLI's."""
     url = os.environ.get("PULUMI_BACKEND_URL", "")
@@ -367,11 +372,17 @@ class StateFile:
                     },
                 },
             }
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".state-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(data, f, indent=1, sort_keys=True)
+                os.replace(tmp, self.path)
+            except OSError as e:
+                raise StateError(
+                    f"{e.filename or self.path}: cannot be written ({e.strerror}). Fix: make "
+                    f"{backend_dir_hint(self.path)} writable, then `refresh` and `up` again"
+                ) from None
 
     @contextlib.contextmanager
     def locked(self, operation: str) -> Iterator[None]:
@@ -380,8 +391,15 @@ class StateFile:
         refused: "the stack is currently locked"). An flock on
         `<backend>/.localengine/locks/<project>/<stack>.lock`: the system releases it when
         the holder ends, a kill -9 included, so no lock outlives its run."""
-        self._lock_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._lock_file.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:  # checked before the run: a state it could not write
+            raise StateError(
+                f"{e.filename or self._lock_file}: cannot be written ({e.strerror}); nothing "
+                f"was done. Fix: make {backend_dir_hint(self._lock_file)} writable, or set "
+                f"{BACKEND_VAR}=file://DIR to keep the states in another folder"
+            ) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -50,10 +50,16 @@ BAD_USAGE = [
     (["up", "--stack", "dev", "-p", "-3"], {}, "--parallel/-p: '-3': give a whole"),
     (["up", "--stack", "dev", "--parallel", "many"], {}, "'many': give a whole number"),
     (["preview", "--stack", "dev", "--cwd", "/nonexistent"], {}, "no Pulumi.yaml in"),
-    (["destroy", "--stack", "dev"], {"LOCALENGINE_BACKEND_URL": "s3://bucket"},
-     "LOCALENGINE_BACKEND_URL = 's3://bucket': the local engine keeps its states in a folder"),
-    (["import", "--stack", "dev", "--file", "x.json"],
-     {"LOCALENGINE_BACKEND_URL": "https://api.pulumi.com"}, "Fix: set it to file://DIR"),
+    (
+        ["destroy", "--stack", "dev"],
+        {"LOCALENGINE_BACKEND_URL": "s3://bucket"},
+        "LOCALENGINE_BACKEND_URL = 's3://bucket': the local engine keeps its states in a folder",
+    ),
+    (
+        ["import", "--stack", "dev", "--file", "x.json"],
+        {"LOCALENGINE_BACKEND_URL": "https://api.pulumi.com"},
+        "Fix: set it to file://DIR",
+    ),
     (["up", "--stack", "bad/name"], {}, "stack names may only contain"),
     (["launch", "--stack", "dev"], {}, "invalid choice: 'launch'"),
 ]
@@ -109,3 +115,43 @@ def test_a_config_error_is_shown_once_a_line_per_problem(folder: Path) -> None:
         "  - c = 'x': unknown. Fix: remove it.",
     ]
     assert "Fix:" not in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+BAD_FILES = [
+    # (file, its bytes, what the one line names)
+    ("Pulumi.dev.yaml", b"config:\n  mine:a: [1\n", "Pulumi.dev.yaml': line 3"),
+    (
+        "Pulumi.dev.yaml",
+        b"config:\n  mine:head: a\n  mine:head: b\n",
+        'mapping key "mine:head" already defined at line 2',
+    ),
+    ("Pulumi.dev.yaml", b"- config\n", "the top level is a list"),
+    ("Pulumi.dev.yaml", b"config:\n  mine:a: \xff\n", "byte 0xff is not UTF-8"),
+    ("Pulumi.dev.yaml", b"config: [1]\n", "its `config:` is a list"),
+    ("Pulumi.yaml", b"name: [mine\n", "Pulumi.yaml': line 2"),
+]
+
+
+@pytest.mark.parametrize("operation", ["up", "preview", "refresh", "destroy"])
+@pytest.mark.parametrize(("name", "content", "names"), BAD_FILES)
+def test_a_broken_stack_or_project_file_is_one_line_exit_2_and_writes_nothing(
+    folder: Path, operation: str, name: str, content: bytes, names: str
+) -> None:
+    (folder / name).write_bytes(content)
+    before = sorted(folder.rglob("*"))
+    done = engine(folder, operation, "--stack", "dev")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done
+    assert len(lines) == 1 and names in lines[0] and "Fix:" in lines[0], lines
+    assert sorted(folder.rglob("*")) == before
+
+
+def test_a_state_folder_that_cannot_be_written_is_one_line_before_anything_runs(
+    folder: Path,
+) -> None:
+    (folder / ".localengine").write_text("a file where the engine keeps its folder\n")
+    done = engine(folder, "up", "--stack", "dev")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done
+    last = done.stderr.strip().splitlines()[-1]
+    assert "cannot be written" in last and "nothing was done" in last, last
+    assert "LOCALENGINE_BACKEND_URL=file://DIR" in last

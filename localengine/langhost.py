@@ -106,6 +106,26 @@ def _pump(stream: Any, log: Callable[[str], None]) -> None:
     stream.close()
 
 
+# Linux's MAX_ARG_STRLEN (32 pages): the most one environment string can hold; the language
+# host passes the whole config in one (sdk/python/cmd/pulumi-language-python/main.go, v3.259.0:
+# PULUMI_CONFIG=<JSON>), so a larger one fails the program's exec with E2BIG.
+MAX_ENV_STRING = 32 * 4096
+
+
+def config_variable(config: dict[str, str]) -> str:
+    """PULUMI_CONFIG's value; a config too large for it names its largest key."""
+    text = json.dumps(config)
+    if len(f"PULUMI_CONFIG={text}".encode()) < MAX_ENV_STRING:
+        return text
+    key = max(config, key=lambda k: len(json.dumps(config[k])))
+    size = len(json.dumps(config[key]).encode())
+    raise ProgramError(
+        f"{key} holds {size} bytes: the program gets its whole config in one environment "
+        f"variable (PULUMI_CONFIG), at most {MAX_ENV_STRING // 1024} KiB on Linux. Fix: "
+        "shorten that value (a long text belongs in a file the config names)"
+    )
+
+
 def run_program_process(
     project_dir: Path,
     project: dict[str, Any],
@@ -120,7 +140,7 @@ def run_program_process(
 ) -> int:
     """Start the program, wait for it, return its exit code (0: it finished)."""
     python, env = python_command(project_dir, project)
-    env["PULUMI_CONFIG"] = json.dumps(config)
+    env["PULUMI_CONFIG"] = config_variable(config)
     env["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(secret_keys)
     argv = [
         python, str(EXEC),

@@ -155,3 +155,13 @@ def test_a_state_folder_that_cannot_be_written_is_one_line_before_anything_runs(
     last = done.stderr.strip().splitlines()[-1]
     assert "cannot be written" in last and "nothing was done" in last, last
     assert "LOCALENGINE_BACKEND_URL=file://DIR" in last
+
+
+def test_a_config_too_large_for_the_programs_environment_names_its_key(folder: Path) -> None:
+    """The language host passes the config in one environment variable (PULUMI_CONFIG);
+    a value past Linux's 128 KiB for one is named, not `Argument list too long`."""
+    (folder / "Pulumi.dev.yaml").write_text(f"config:\n  mine:notes: {'x' * 1_000_000}\n")
+    done = engine(folder, "preview", "--stack", "dev")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done
+    last = done.stderr.strip().splitlines()[-1]
+    assert "mine:notes holds 1000002 bytes" in last and "Fix: shorten" in last, last

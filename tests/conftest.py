@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -267,3 +268,34 @@ def sim_complete(endpoint: str, tokens: int = 12) -> str:
     )  # fmt: skip
     with urllib.request.urlopen(req, timeout=300) as resp:
         return str(json.loads(resp.read())["choices"][0]["text"])
+
+
+# --- time per suite, beside its budget (CONTRIBUTING.md "Time budget") -------------------
+
+_SUITE_SECONDS: dict[str, float] = {}
+_BUDGET_ROW = re.compile(r"^\|\s*`(tests/[\w/]+\.py)`\s*\|\s*(\d+)\s*\|")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    suite = report.nodeid.split("::", 1)[0]
+    _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def suite_budgets(text: str) -> dict[str, int]:
+    """The seconds each suite may take, from CONTRIBUTING.md's budget table."""
+    return {m[1]: int(m[2]) for line in text.splitlines() if (m := _BUDGET_ROW.match(line))}
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each suite's time (its tests, fixtures included) beside its budget: what the next
+    suite may spend, and which one went over (a figure, never a failure)."""
+    if not _SUITE_SECONDS:
+        return
+    budgets = suite_budgets((ROOT / "CONTRIBUTING.md").read_text())
+    write = terminalreporter.write_line
+    terminalreporter.section("time per suite (budget: CONTRIBUTING.md)")
+    for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda kv: -kv[1]):
+        budget = budgets.get(suite)
+        note = "" if budget is None else f" / {budget:5d}s" + ("  OVER" if seconds > budget else "")
+        write(f"{seconds:8.1f}s{note}  {suite}")
+    write(f"{sum(_SUITE_SECONDS.values()):8.1f}s in all")

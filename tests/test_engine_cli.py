@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from localengine import __main__ as cli
 from tests.conftest import project_yaml
 from tests.test_localengine import make_project
 
@@ -25,6 +26,26 @@ def engine(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str
         [*ENGINE, *args], cwd=cwd, env={**clean, **env}, capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
+
+
+def in_process(
+    cwd: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    *args: str,
+    **env: str,
+) -> subprocess.CompletedProcess[str]:
+    """The same command line run in this process (its refusals need no program: a
+    subprocess each would cost a second of imports), from `cwd` with `env` set."""
+    monkeypatch.chdir(cwd)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    try:
+        code = cli.main(list(args))
+    except SystemExit as e:  # argparse's refusals
+        code = int(e.code or 0)
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, said.out, said.err)
 
 
 @pytest.fixture
@@ -67,10 +88,15 @@ BAD_USAGE = [
 
 @pytest.mark.parametrize(("argv", "env", "names"), BAD_USAGE)
 def test_bad_usage_is_one_line_exit_2_or_6_and_writes_nothing(
-    folder: Path, argv: list[str], env: dict[str, str], names: str
+    folder: Path,
+    argv: list[str],
+    env: dict[str, str],
+    names: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     before = sorted(folder.rglob("*"))
-    done = engine(folder, *argv, **env)
+    done = in_process(folder, monkeypatch, capsys, *argv, **env)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == (NO_STACK if "no stack named" in names else 2), done
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in done.stderr, lines
@@ -135,11 +161,17 @@ BAD_FILES = [
 @pytest.mark.parametrize("operation", ["up", "preview", "refresh", "destroy"])
 @pytest.mark.parametrize(("name", "content", "names"), BAD_FILES)
 def test_a_broken_stack_or_project_file_is_one_line_exit_2_and_writes_nothing(
-    folder: Path, operation: str, name: str, content: bytes, names: str
+    folder: Path,
+    operation: str,
+    name: str,
+    content: bytes,
+    names: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     (folder / name).write_bytes(content)
     before = sorted(folder.rglob("*"))
-    done = engine(folder, operation, "--stack", "dev")
+    done = in_process(folder, monkeypatch, capsys, operation, "--stack", "dev")
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done
     assert len(lines) == 1 and names in lines[0] and "Fix:" in lines[0], lines

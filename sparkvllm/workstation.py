@@ -95,6 +95,22 @@ def state_dir_ref(stack: str, project: str = PROJECT) -> str:
     return f"{os.environ.get('SPARKVLLM_STATE_DIR') or DEFAULT_STATE_DIR}/{project}/{stack}"
 
 
+def link_earlier_folder(folder: Path, stack: str) -> Path | None:
+    """On a machine that never had it (a CI runner), the folder a stack deployed before
+    the folders were keyed by project names (`~/.cache/spark-vllm/<stack>`), as a link to
+    `folder`, so that the first refresh of such a state, which reads with the paths it
+    recorded, finds the files. An existing folder or link there is left as it is (another
+    project's, or the stack's own from before)."""
+    earlier = folder.parent.parent / stack
+    if earlier.exists() or earlier.is_symlink() or earlier == folder:
+        return None
+    try:
+        earlier.symlink_to(folder, target_is_directory=True)
+    except OSError:
+        return None
+    return earlier
+
+
 def state_dir(stack: str, project: str = PROJECT) -> Path:
     return Path(state_dir_ref(stack, project)).expanduser()
 
@@ -362,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             f"workstation: {folder} holds {', '.join(written)} "
             f"(0600, for {len(cfg.nodes)} node(s) of the {args.stack} stack)"
         )
+        if linked := link_earlier_folder(folder, args.stack):
+            print(f"workstation: {linked} -> {folder} (a state deployed before the folder "
+                  "was keyed by project names it until its next `up`)")  # fmt: skip
         return 0
 
     return run_tool(parser.prog, args.debug, body)

@@ -180,6 +180,13 @@ def test_the_workstation_writes_under_the_project_and_the_stack(tmp_path: Path) 
         "id", "known_hosts", "known_hosts.spark-1", "known_hosts.spark-2"
     ]  # fmt: skip
     assert f"workstation: {state} holds id," in done.stdout
+    # A state deployed before names ~/.cache/spark-vllm/<stack>: on this fresh machine it
+    # is a link to the new folder, so its first refresh finds the files.
+    earlier = home / ".cache" / "spark-vllm" / "dev"
+    assert earlier.is_symlink() and earlier.resolve() == state.resolve()
+    (earlier.parent / "other").mkdir()  # another's folder of before is never touched
+    again = run_tool("workstation", "--cwd", str(folder), env=tool_env(home))
+    assert again.returncode == 0 and earlier.resolve() == state.resolve(), again.stderr
 
 
 # The loader every reader of a stack file uses (sparkvllm/config_sources.py), below the

@@ -19,6 +19,10 @@ NodeStep, whose lifecycle is:
   changed and the line is among what it printed: the new command would find what the
   old one left (the image it named carries the digest now pinned). An update records the
   new definition and keeps the result, the read and the ID (so what the ID carries);
+- a step given `subject` (the identity of what it reads, e.g. the image-name step's ID for
+  the image-ray probe) is kept, likewise, when only its command and its triggers changed
+  and the subject is the one it recorded: it read that very thing, which is still there
+  (a subject that may differ, or is unknown in a preview, replaces it as any step);
 - delete runs the step's undo, if it has one;
 - a check step (a preflight: no `read`) is judged by the provider's `judge` on what it
   printed; a failing one raises in create, so nothing is recorded and the next `up` runs
@@ -176,15 +180,26 @@ def _adoptable(olds: dict[str, Any], news: dict[str, Any]) -> bool:
 
 
 def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
-    """Only the command changed, the node still shows what the step left, and the step
-    printed the line the new definition keeps it for (`keep_if`)."""
-    line = news.get("keep_if")
+    """The node still shows what the step left, and either only the command changed and
+    the step printed the line the new definition keeps it for (`keep_if`), or only the
+    command and the triggers changed and what it read is the very one it recorded
+    (`subject`: a new command for the same thing, re-triggered by a step that found it in
+    place)."""
+    if olds.get("observed") != olds.get("expected"):
+        return False
     changed = set(_reruns(olds, news))
+    line = news.get("keep_if")
+    if line:
+        return (
+            changed in ({"create"}, {"defines"})
+            and line in str(olds.get("stdout") or "").splitlines()
+        )
+    subject = news.get("subject")
     return (
-        bool(line)
-        and changed in ({"create"}, {"defines"})
-        and olds.get("observed") == olds.get("expected")
-        and line in str(olds.get("stdout") or "").splitlines()
+        bool(subject)
+        and olds.get("subject") == subject
+        and bool(changed)
+        and changed <= {"create", "defines", "triggers"}
     )
 
 
@@ -238,7 +253,7 @@ class NodeStepProvider(ResourceProvider):
 
     def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         """Only what `_recorded` names changed (diff replaces for anything else), or the
-        step is kept (`keep_if`): record it; no command runs on the node."""
+        step is kept (`keep_if`, `subject`): record it; no command runs on the node."""
         if _kept(olds, news):
             return UpdateResult({**news, **{k: olds.get(k) for k in _KEPT}})
         return UpdateResult({**olds, **{k: news.get(k) for k in _recorded(olds, news)}})
@@ -271,6 +286,7 @@ class NodeStep(Resource):
         check: Callable[[str], object] | None = None,
         id_value: str | None = None,
         keep_if: str | None = None,
+        subject: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         if (spec.read is None) != (spec.state_key is None):
@@ -307,6 +323,8 @@ class NodeStep(Resource):
             props["id_value"] = id_value
         if keep_if is not None:
             props["keep_if"] = keep_if
+        if subject is not None:  # only where there is one (a new input key is no change)
+            props["subject"] = subject
         if spec.stdin_secret == "hf_token":
             # Where the secret is, not the secret: the value never enters the state.
             props["stdin_file"] = stdin_file

@@ -116,6 +116,75 @@ def test_a_step_is_kept_only_for_the_line_it_printed(
         assert not NodeStepProvider().diff("id", outs, news).changes
 
 
+# The image-ray probe: no read-back; its subject is the image-name step's ID (the image the
+# containers run, kept by a pin of the digest it carries).
+PROBE: dict[str, Any] = {
+    **BASE, "step": "image-ray-spark-1", "create": "docker run repo:latest", "read": None,
+    "read_stdin": None, "state_key": None, "stdin": "probe", "stdin_identity": False,
+    "triggers": ["obtain-g1"], "read_host": "10.0.0.1", "id_value": "json:ray",
+    "subject": "image-name-spark-1=repo:latest-n1",
+}  # fmt: skip
+PROBED = {**PROBE, "stdout": '{"ray": "2.60.0"}', "expected": "", "observed": "",
+          "generation": "g1"}  # fmt: skip
+# A pin of the digest that image carries: the obtain step re-ran (new generation) and the
+# probe's command names the pinned tag; the image-name step was kept (its ID too).
+REPINNED = {**PROBE, "create": "docker run repo:sha256-d1", "triggers": ["obtain-g2"]}
+UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"  # an unknown input, as a preview's diff sees it
+
+
+@pytest.mark.parametrize(
+    ("olds", "news", "kept"),
+    [
+        (PROBED, REPINNED, True),  # the very image it read
+        (PROBED, {**REPINNED, "triggers": [UNKNOWN]}, True),  # its preview
+        (PROBED, {**PROBE, "triggers": ["obtain-g2"]}, True),  # a new image.source
+        # Another image: the image-name step was replaced (unknown in its preview).
+        (PROBED, {**REPINNED, "subject": "image-name-spark-1=repo:sha256-d2-n2"}, False),
+        (PROBED, {**REPINNED, "subject": UNKNOWN}, False),
+        # A stack deployed before steps had a subject: nothing vouches, it runs again.
+        ({**PROBED, "subject": None}, REPINNED, False),
+        (PROBED, {**REPINNED, "stdin": "probe v2"}, False),  # another probe
+        (PROBED, {**REPINNED, "host": "10.0.0.9"}, False),  # another node
+    ],
+    ids=[
+        "same image",
+        "preview",
+        "new source",
+        "other image",
+        "other image in preview",
+        "recorded without subject",
+        "new probe",
+        "other node",
+    ],
+)
+def test_a_step_is_kept_while_its_subject_is_the_one_it_read(
+    olds: dict[str, Any], news: dict[str, Any], kept: bool
+) -> None:
+    """A step with `subject` (the image-ray probe) is kept by an update, its result and ID
+    with it, when only its command and triggers changed and the subject is the one it
+    recorded; else replaced as any step."""
+    diff = NodeStepProvider().diff("id", olds, news)
+    assert diff.changes is True and (not diff.replaces) == kept, diff.replaces
+    if kept:
+        outs = NodeStepProvider().update("id", olds, news).outs
+        assert outs is not None
+        assert {k: outs[k] for k in ("create", "triggers", "subject")} == {
+            k: news[k] for k in ("create", "triggers", "subject")
+        }
+        assert {k: outs[k] for k in ("stdout", "generation")} == {
+            k: PROBED[k] for k in ("stdout", "generation")
+        }
+        assert not NodeStepProvider().diff("id", outs, news).changes
+
+
+def test_a_subject_alone_re_runs_nothing() -> None:
+    """A new subject with the same command and triggers (or one given to a step recorded
+    before it had one: an upgrade) is no change: the state keeps what it recorded."""
+    for olds in (PROBED, {**PROBED, "subject": None}):
+        diff = NodeStepProvider().diff("id", olds, {**PROBE, "subject": "image-name-spark-1=x-n9"})
+        assert diff.changes is False and not diff.replaces
+
+
 SCRIPTED = {**BASE, "defines": "d1", "reads": "r1"}
 DONE = {"stdout": "fingerprint=f1", "expected": "f1", "observed": "f1", "generation": "g1"}
 # A step recorded before its scripts were files: no `defines`, another text.

@@ -7,10 +7,11 @@ registers the components on them, and returns the stack outputs (a function, so 
 under Pulumi's mocks can inspect them).
 
 `parallelism.launcher: auto` is decided from the Ray the image holds, read on the head
-(SyncedImage.head_ray, re-read only for a new image): the serving part is registered once
+(SyncedImage.head_ray, re-read only for a new image: a new ref that names the image the
+stack runs, a pin of its digest, keeps what was read): the serving part is registered once
 that reading is known. A preview that cannot know it yet (a new stack or a new image)
-shows native and warns that `up` runs Ray if the image holds it; an explicit launcher is
-always previewed exactly."""
+shows native and warns, naming the ref, that `up` decides from the Ray the image holds;
+an explicit launcher is always previewed exactly."""
 
 from __future__ import annotations
 

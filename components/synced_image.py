@@ -146,6 +146,10 @@ class SyncedImage(pulumi.ComponentResource):
         # Its step re-runs only for a new image and carries the value in its ID, so a
         # deployed stack knows it in every preview (an access change included); a stack
         # deployed before the step existed knows it from the head's versions probe.
+        # The obtain step re-runs for a new ref that names the same image (a pin of the
+        # digest it carries, a new source): the image-name step's ID, kept then (known in
+        # that preview), says it is the image this step read, which keeps the step (NodeStep
+        # `subject`) and the Ray it read, so the preview decides as `up` does.
         self.head_ray: pulumi.Output[str | None] = pulumi.Output.from_input(None)
         if plan.decide_launcher:
             ray = NodeStep(
@@ -153,6 +157,7 @@ class SyncedImage(pulumi.ComponentResource):
                 reach=head.reach,
                 triggers=[obtain.generation],
                 id_value=versions.RAY_FIELD,
+                subject=named.id,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[obtain]),
             )
             self.head_ray = pulumi.Output.all(ray.id_value, probes[plan.head].stdout).apply(

@@ -28,7 +28,7 @@ from localengine.providers.base import Provider, ProviderError, ReadResult
 from localengine.providers.dynamic import DynamicProvider, PluginContext
 from sparkvllm.config import load_stack_config
 from tests.conftest import ROOT, TEST_HF_TOKEN, TEST_PRIVATE_KEY
-from tests.pulumi_mocks import NodeAnswers
+from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers
 from tests.test_localengine import FakeCommand, FakeDocker, Node
 
 
@@ -454,3 +454,69 @@ def test_a_failed_preflight_is_checked_again_once_the_node_is_fixed(
     healed = stack.run("up", base)
     assert changed(healed).get("spark-2-facts") == "create", changed(healed)
     assert changed(stack.run("up", base)) == {}
+
+
+# `parallelism.launcher: auto` on a stack whose image holds Ray (the mocked image does).
+PIN_OWN = f"{REPO}@{NodeAnswers.repo_digest}"  # the registry digest the running image carries
+PIN_OTHER = f"{REPO}@sha256:{'b' * 64}"  # a digest of another image
+NO_RAY = {**IMAGE_VERSIONS, "ray": ""}
+
+
+def _assumed(logged: list[str]) -> list[str]:
+    return [m for m in logged if "launcher: native assumed" in m]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_set("image.ref", PIN_OWN), _set("image.source", "present")],
+    ids=["pinned to its digest", "a new source"],
+)
+def test_auto_previews_a_new_ref_of_the_running_image_as_up_keeps_it(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[dict[str, Any]], None],
+) -> None:  # fmt: skip
+    """The digest the running image carries (or a new way to obtain it): the obtain step
+    runs again, and `up` keeps the Ray cluster and the server (the image-ray step is kept:
+    the image-name step, kept, still names the image it read); the preview knows it, so it
+    plans exactly that, warning of nothing."""
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    first = stack.run("up", base)
+    assert first.outputs["launcher"]["name"] == "ray"
+    after = copy.deepcopy(base)
+    change(after)
+    stack.logged.clear()
+    plan = changed(stack.run("preview", after))
+    assert not _assumed(stack.logged), _assumed(stack.logged)
+    up = stack.run("up", after)
+    done = changed(up)
+    assert plan == done, "preview shows what up does"
+    assert done.get("image-ray-spark-1") == "update", done
+    assert set(done) <= IMAGE | WEIGHTS | {"image-name-spark-1", "image-ray-spark-1"}, done
+    assert up.outputs["launcher"]["name"] == "ray", up.outputs["launcher"]
+    assert changed(stack.run("up", after)) == {}
+    assert changed(stack.run("preview", after, refresh=True)) == {}
+
+
+@pytest.mark.parametrize("holds_ray", [True, False], ids=["with ray", "without ray"])
+def test_auto_cannot_preview_a_pin_of_another_image_and_says_exactly_why(
+    base: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, holds_ray: bool
+) -> None:
+    """Another image's digest: its Ray is read only when `up` obtains it, so the preview
+    assumes native and its warning names the ref, that it is new to the head and that `up`
+    decides from the image's Ray; `up` then runs what that image holds."""
+    stack = Stack(tmp_path / "backend", monkeypatch)
+    stack.run("up", base)
+    after = copy.deepcopy(base)
+    after["image"]["ref"] = PIN_OTHER
+    if not holds_ray:
+        stack.versions = NO_RAY
+    stack.logged.clear()
+    plan = changed(stack.run("preview", after))
+    [warning] = _assumed(stack.logged)
+    assert PIN_OTHER in warning and "new to the head" in warning, warning
+    assert "`up` decides from the Ray it holds" in warning, warning
+    up = stack.run("up", after)
+    assert up.outputs["launcher"]["name"] == ("ray" if holds_ray else "native")
+    if not holds_ray:
+        assert plan == changed(up), "what the preview assumed is what up found"
+    assert changed(stack.run("up", after)) == {}

@@ -247,17 +247,19 @@ def ray_worker(cfg: StackConfig, stack: str, n: NodeConfig) -> RayWorkerPlan:
 def launcher(cfg: StackConfig, image_ray: str | None = None) -> tuple[str, str]:
     """(ray | native, why). `image_ray`: the Ray version the image holds on the head (""
     for none; None: not read yet, which only a preview of a new stack or image sees: it
-    shows `native`, saying so). An explicit `ray` on an image without Ray is refused by the
-    image's checks."""
+    shows `native`, saying why). A new ref that names the image the stack read (a pin of
+    the digest it carries) is not new: its Ray is known (SyncedImage.head_ray). An
+    explicit `ray` on an image without Ray is refused by the image's checks."""
     chosen = cfg.parallelism.launcher
     if chosen != "auto":
         return chosen, f"parallelism.launcher: {chosen}"
     ref = cfg.image.ref
     if image_ray is None:
         return containers.NATIVE, (
-            f"parallelism.launcher: auto, and {ref} is not read on the head yet: this "
-            "preview shows native; `up` runs ray instead if the image holds Ray (set "
-            "parallelism.launcher to preview exactly)"
+            f"parallelism.launcher: auto, and {ref} is new to the head (not known to name "
+            "the image whose Ray the stack read there): its Ray is read once `up` has "
+            "obtained it, and `up` decides from the Ray it holds (ray if it holds Ray, else "
+            "native); this preview shows native (set parallelism.launcher to preview exactly)"
         )
     if image_ray:
         return containers.RAY, f"parallelism.launcher: auto, and {ref} holds ray {image_ray}"

@@ -48,7 +48,8 @@ def image_ray(cfg: StackConfig) -> CommandSpec:
     """The Ray the image holds on the head (the versions probe's `ray`, "" for none): what
     `parallelism.launcher: auto` decides on. It is not read back itself: the head's obtain
     step reads the image's fingerprint back, and an image changed under its tag re-runs
-    that step, whose new generation re-runs this one."""
+    that step, whose new generation re-runs this one, unless the image-name step, its
+    subject, still names the image it read (components/synced_image.py)."""
     return replace(image_versions(cfg, cfg.head_node), name=f"image-ray-{cfg.head}")
 
 

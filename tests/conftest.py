@@ -223,10 +223,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             warm.process.wait(timeout=60)
 
 
-@pytest.fixture(autouse=True)
-def _sim_warm(request: pytest.FixtureRequest) -> None:
-    """A sim test starts once the background bring-up is done (none runs beside it)."""
-    if _is_sim(request.node):
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A sim test starts once the background bring-up is done: before any of its fixtures
+    (a session's shared deployment included), so none runs beside it."""
+    if _is_sim(item):
         for warm in _WARMUP:
             warm.wait()
 

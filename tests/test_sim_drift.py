@@ -1,14 +1,18 @@
-"""The fault matrix on the SIMULATED cluster, under Pulumi's own rules (the local engine):
-for each fault, injected on the shared deployment,
+"""The fault matrix on the SIMULATED cluster, under Pulumi's own rules (the local engine),
+as a schedule: the faults are injected in rounds on the shared deployment, each round's
+faults touching parts of the stack that no other fault of the round touches, and
 
-(a) `preview --refresh --expect-no-changes` finds it (its refresh reads the containers
-    and the NodeSteps back) and changes nothing on a node;
-(b) ONE `up` (Pulumi.yaml: refresh always) heals it: the health output is ready, behind
-    the same endpoint, and the model gives the same TP=2 answer as before the fault;
+(a) after each fault is injected, `preview --refresh --expect-no-changes` finds IT: the
+    refresh reads back a change in the resource that fault breaks (and in none that only a
+    later fault breaks), so each fault's detection stands on its own; the preview changes
+    nothing on a node;
+(b) ONE `up` (Pulumi.yaml: refresh always) heals the round: the health output is ready,
+    behind the same endpoint, and the model gives the same TP=2 answer as before;
 (c) a `preview --refresh --expect-no-changes` after it is clean (nothing flips back).
 
-The probe-based drift check (`sparkvllm.drift`, read-only) is run alongside and its
-findings logged.
+The probe-based drift check (`sparkvllm.drift`, read-only) is run after each round's
+faults and names each fault's node and finding. A round heals with one vLLM start where a
+fault each took one.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 
@@ -58,42 +63,119 @@ def restart_node(d: SimDeployment) -> None:
         time.sleep(2)
 
 
-FAULTS: dict[str, Callable[[SimDeployment], object]] = {
-    "worker container removed": lambda d: on(d, WORKER, f"docker rm -f {RAY_WORKER}"),
-    "model server container stopped": lambda d: on(d, HEAD, f"docker stop {SERVER}"),
+@dataclass(frozen=True)
+class Fault:
+    """One fault: how it is made, the resource whose read-back shows it (refresh), and
+    what the drift check says of it (node, finding; None where what it sees depends on
+    how far Ray has recovered by itself when it looks)."""
+
+    inject: Callable[[SimDeployment], object]
+    reads: str
+    finding: tuple[str, str] | None
+
+
+FAULTS: dict[str, Fault] = {
+    "worker container removed": Fault(
+        lambda d: on(d, WORKER, f"docker rm -f {RAY_WORKER}"),
+        "ray-worker-spark-2-container",
+        (WORKER, "container missing"),
+    ),
+    "model server container stopped": Fault(
+        lambda d: on(d, HEAD, f"docker stop {SERVER}"),
+        "model-server-container",
+        (HEAD, "container not running"),
+    ),
     # The API server process frozen (its container still runs, /health never answers).
     # The containers share the node's PID namespace, so the node sees the process.
-    "model server hung": lambda d: on(d, HEAD, "pkill -STOP -f '/bin/[v]llm serve'"),
-    "ray head container restarted": lambda d: on(d, HEAD, f"docker restart {RAY_HEAD}"),
-    "worker node restarted": restart_node,
-    "image removed from a worker": lambda d: on(d, WORKER, f"docker rmi -f {REF} >/dev/null"),
-    "image replaced under the same tag on a worker": lambda d: on(
-        d, WORKER, f"docker commit -c 'LABEL drift=1' {RAY_WORKER} {REF} >/dev/null"
+    "model server hung": Fault(
+        lambda d: on(d, HEAD, "pkill -STOP -f '/bin/[v]llm serve'"),
+        "model-server-guard",
+        (HEAD, "model server unhealthy"),
     ),
-    "weights deleted on a worker": lambda d: on(d, WORKER, f"rm {BLOB}"),
-    "weights truncated on a worker": lambda d: on(d, WORKER, f"truncate -s 1000 {BLOB}"),
+    "ray head container restarted": Fault(
+        lambda d: on(d, HEAD, f"docker restart {RAY_HEAD}"),
+        "model-server-ray-ready",
+        None,
+    ),
+    # Read right after the node is back, the GCS still counts its old raylet alive (until
+    # it misses its health checks): what shows it is the server, whose rank there died.
+    "worker node restarted": Fault(restart_node, "model-server-guard", None),
+    "image removed from a worker": Fault(
+        lambda d: on(d, WORKER, f"docker rmi -f {REF} >/dev/null"),
+        "image-sync-spark-2",
+        (WORKER, "image missing"),
+    ),
+    "image replaced under the same tag on a worker": Fault(
+        lambda d: on(d, WORKER, f"docker commit -c 'LABEL drift=1' {RAY_WORKER} {REF} >/dev/null"),
+        "image-sync-spark-2",
+        (WORKER, "image replaced"),
+    ),
+    "weights deleted on a worker": Fault(
+        lambda d: on(d, WORKER, f"rm {BLOB}"), "model-sync-spark-2", (WORKER, "weights incomplete")
+    ),
+    "weights truncated on a worker": Fault(
+        lambda d: on(d, WORKER, f"truncate -s 1000 {BLOB}"),
+        "model-sync-spark-2",
+        (WORKER, "weights differ"),
+    ),
 }
 
+# Each round: faults whose read-backs are apart (no fault of a round changes what another
+# one's is read from), healed by one `up`. Every fault of FAULTS is in exactly one round.
+ROUNDS: dict[str, list[str]] = {
+    "a worker's Ray gone, its image removed": [
+        "worker container removed", "image removed from a worker",
+    ],
+    "the server stopped, the Ray head restarted, a worker's image replaced": [
+        "model server container stopped", "ray head container restarted",
+        "image replaced under the same tag on a worker",
+    ],
+    "the server hung, a worker's weights deleted": [
+        "model server hung", "weights deleted on a worker",
+    ],
+    "a worker node restarted, its weights truncated": [
+        "worker node restarted", "weights truncated on a worker",
+    ],
+}  # fmt: skip
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_fault_is_found_healed_by_one_up_and_stays_healed(
-    sim_deployment: SimDeployment, baseline: str, fault: str
+
+def test_every_fault_is_in_one_round() -> None:
+    scheduled = [f for faults in ROUNDS.values() for f in faults]
+    assert sorted(scheduled) == sorted(FAULTS)
+
+
+def _changed_reads(result: object) -> set[str]:
+    """The resources whose read-back changed in a refresh (updated or gone)."""
+    return {s.name for s in getattr(result, "refresh_steps", []) if s.op != "same"}
+
+
+@pytest.mark.parametrize("round_name", list(ROUNDS))
+def test_each_fault_is_found_and_one_up_heals_the_round_and_it_stays_healed(
+    sim_deployment: SimDeployment, baseline: str, round_name: str
 ) -> None:
     d = sim_deployment
-    FAULTS[fault](d)
-
-    found = stack.engine("preview", refresh=True, log=sim_log)
-    assert not found.error, found.error
-    plan = sorted((s.name, s.op) for s in found.steps if s.op != "same")
-    sim_log(f"{fault}: preview --refresh plans {plan}")
-    assert found.changed, f"{fault}: not seen by preview --refresh"
-    assert found.provider_writes == 0
-    for finding in drift.check(d.cfg, "sim", d.access):
-        sim_log(f"{fault}: drift check: {finding.render()}")
+    seen: set[str] = set()
+    for name in ROUNDS[round_name]:
+        fault = FAULTS[name]
+        fault.inject(d)
+        found = stack.engine("preview", refresh=True, log=sim_log)
+        assert not found.error, found.error
+        reads = _changed_reads(found)
+        plan = sorted((s.name, s.op) for s in found.steps if s.op != "same")
+        sim_log(f"{name}: refresh reads changed {sorted(reads)}; preview plans {plan}")
+        assert found.changed, f"{name}: not seen by preview --refresh"
+        assert found.provider_writes == 0
+        assert fault.reads in reads - seen, f"{name}: {fault.reads} not newly read as changed"
+        seen |= reads
+    findings = {(f.node, f.what) for f in drift.check(d.cfg, "sim", d.access)}
+    sim_log(f"{round_name}: drift check {sorted(findings)}")
+    for name in ROUNDS[round_name]:
+        finding = FAULTS[name].finding
+        assert finding is None or finding in findings, (name, sorted(findings))
 
     started = time.monotonic()
     healed = stack.engine("up", log=sim_log)
-    sim_log(f"phase: heal '{fault}' with one up {time.monotonic() - started:.1f}s")
+    sim_log(f"phase: heal '{round_name}' with one up {time.monotonic() - started:.1f}s")
     assert not healed.error, healed.error
     assert healed.outputs["endpoint"] == d.outputs["endpoint"]
     assert healed.outputs["health"]["ready"] is True

@@ -31,6 +31,10 @@ import pytest
 
 from tests.conftest import project_yaml
 
+# An end-to-end suite of the engine (real processes killed at random for about two
+# minutes): in every full run and CI, not in the fast suite (`-m "not sim and not engine"`).
+pytestmark = pytest.mark.engine
+
 ROOT = Path(__file__).resolve().parent.parent
 STACK = "test"
 CHAINS, PER_CHAIN = 2, 3  # two chains of (command -> dynamic) pairs run side by side

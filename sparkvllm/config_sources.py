@@ -214,12 +214,12 @@ _SECRET_INSTEAD = {
 }
 
 
-def _has_secure(value: Any) -> bool:
+def has_secure(value: Any) -> bool:
     """An encrypted value anywhere in it (`secure:`; `--path` nests them in a map)."""
     if isinstance(value, dict):
-        return set(value) == {"secure"} or any(_has_secure(v) for v in value.values())
+        return set(value) == {"secure"} or any(has_secure(v) for v in value.values())
     if isinstance(value, list):
-        return any(_has_secure(v) for v in value)
+        return any(has_secure(v) for v in value)
     return False
 
 
@@ -237,7 +237,7 @@ def from_stack_file(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:
             + (f", or {_SECRET_INSTEAD[key]}" if key in _SECRET_INSTEAD else ""),
         )
         for key, value in raw.items()
-        if _has_secure(value)
+        if has_secure(value)
     ]
     if encrypted:
         raise ConfigError(encrypted)

@@ -23,6 +23,7 @@ import yaml
 
 from sim import stack
 from sim.settings import REPO_ROOT
+from sparkvllm.config import PROJECT
 from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim
@@ -111,7 +112,8 @@ def test_the_drift_job_on_a_fresh_runner_finds_a_fault_and_heals_it(
     missing = run_step("check", runner)
     assert missing.returncode not in (0, 7), "a check without the key files cannot pass"
     said = missing.stdout + missing.stderr
-    key = Path(runner["HOME"]) / ".cache" / "spark-vllm" / stack.STACK / "id"
+    # The workstation's files are keyed by project and stack (sparkvllm/workstation.py).
+    key = Path(runner["HOME"]) / ".cache" / "spark-vllm" / PROJECT / stack.STACK / "id"
     assert f"the SSH key file {key}" in said and "is missing on this workstation" in said
     assert f"run `python -m sparkvllm.workstation --stack {stack.STACK}` first" in said
 

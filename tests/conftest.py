@@ -181,20 +181,22 @@ class _Warmup:
     process: subprocess.Popen[bytes]
     log: Path
     started: float
-    seconds: float | None = None
 
     def wait(self) -> None:
-        if self.seconds is None:
-            code = self.process.wait()
-            self.seconds = time.monotonic() - self.started
-            sim_log(f"phase: sim {self.command} (in the background) {self.seconds:.1f}s")
-            if code != 0:
-                tail = self.log.read_text(errors="replace").splitlines()[-30:]
-                self.seconds = -1.0
-                raise RuntimeError(f"`python -m sim {self.command}` failed ({self.log}):\n"
-                                   + "\n".join(tail))  # fmt: skip
-        if self.seconds < 0:
+        """Until the process ends (its exit code, kept by Popen, says how); a failure
+        raises with the log's tail the first time, and again for every later sim test."""
+        first = self.process.returncode is None
+        code = self.process.wait()
+        if first:
+            seconds = time.monotonic() - self.started
+            sim_log(f"phase: sim {self.command} (in the background) {seconds:.1f}s")
+        if code == 0:
+            return
+        if not first:
             raise RuntimeError(f"`python -m sim {self.command}` failed earlier ({self.log})")
+        tail = self.log.read_text(errors="replace").splitlines()[-30:]
+        raise RuntimeError(f"`python -m sim {self.command}` failed ({self.log}):\n"
+                           + "\n".join(tail))  # fmt: skip
 
 
 _WARMUP: list[_Warmup] = []

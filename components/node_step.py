@@ -194,12 +194,28 @@ def _kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
             changed in ({"create"}, {"defines"})
             and line in str(olds.get("stdout") or "").splitlines()
         )
+    if _wait_kept(olds, news):
+        return True
     subject = news.get("subject")
     return (
         bool(subject)
         and olds.get("subject") == subject
         and bool(changed)
         and changed <= {"create", "defines", "triggers"}
+    )
+
+
+def _wait_kept(olds: dict[str, Any], news: dict[str, Any]) -> bool:
+    """A wait (`wait_s`: Ray's membership) whose read-back reads the same thing the same
+    way (its `read` command, values included: the same nodes, GPUs and container) and
+    last found what it recorded, when only how it waits changed (`defines`: its script or
+    probe revised): waiting again would find what it recorded, and a new generation would
+    replace what was built on it (the model server) for nothing. Called once the read is
+    known to vouch (observed == expected)."""
+    return (
+        bool(news.get("wait_s") and olds.get("read"))
+        and olds.get("read") == news.get("read")
+        and set(_reruns(olds, news)) == {"defines"}
     )
 
 
@@ -255,7 +271,9 @@ class NodeStepProvider(ResourceProvider):
         """Only what `_recorded` names changed (diff replaces for anything else), or the
         step is kept (`keep_if`, `subject`): record it; no command runs on the node."""
         if _kept(olds, news):
-            return UpdateResult({**news, **{k: olds.get(k) for k in _KEPT}})
+            # A kept wait reads as before (the same `read`): its revised probe is recorded.
+            kept = _KEPT[:4] if _wait_kept(olds, news) else _KEPT
+            return UpdateResult({**news, **{k: olds.get(k) for k in kept}})
         return UpdateResult({**olds, **{k: news.get(k) for k in _recorded(olds, news)}})
 
     def delete(self, _id: str, props: dict[str, Any]) -> None:

@@ -254,6 +254,49 @@ def test_a_scripted_step_is_defined_by_what_its_scripts_do(
     assert not provider.diff("id", outs, news).changes  # and the next diff finds nothing
 
 
+# Ray's membership: a wait (wait_s) whose read-back reads the same nodes the same way.
+WAIT = {**SCRIPTED, "step": "model-server-ray-ready", "wait_s": 180, "state_key": "json:node_ids",
+        "read": "members 10.0.0.1,10.0.0.2 2", "read_stdin": "probe r1"}  # fmt: skip
+WAITED = {**WAIT, "stdout": '{"node_ids": ["a", "b"]}', "expected": '["a", "b"]',
+          "observed": '["a", "b"]', "generation": "g1"}  # fmt: skip
+# How it waits was revised (its script's settle, its probe's liveness check).
+REVISED = {**WAIT, "create": "wait v2", "defines": "d2", "reads": "r2", "read_stdin": "probe r2"}
+
+
+@pytest.mark.parametrize(
+    ("olds", "news", "kept"),
+    [
+        (WAITED, REVISED, True),
+        # Another node set or GPU count: its read names other values.
+        (WAITED, {**REVISED, "read": "members 10.0.0.1,10.0.0.3 2"}, False),
+        # A Ray container was replaced in this run: re-triggered, it waits again.
+        (WAITED, {**REVISED, "triggers": ["ref:1", "gen-b"]}, False),
+        # The last read found other raylets: nothing vouches.
+        ({**WAITED, "observed": '["a", "c"]'}, REVISED, False),
+        # Not a wait: a step with a read-back whose script was revised re-runs.
+        ({**WAITED, "wait_s": None}, {**REVISED, "wait_s": None}, False),
+    ],
+    ids=["revised wait", "other nodes", "re-triggered", "other raylets", "not a wait"],
+)
+def test_a_wait_is_kept_when_only_how_it_waits_changed(
+    olds: dict[str, Any], news: dict[str, Any], kept: bool
+) -> None:
+    """A revised wait (Ray's membership) whose read still finds what it recorded is kept
+    by an update: its result and generation stay (the model server built on it is not
+    replaced); the revised read's probe is recorded."""
+    provider = NodeStepProvider()
+    diff = provider.diff("id", olds, news)
+    assert diff.changes is True and (not diff.replaces) == kept, diff.replaces
+    if kept:
+        outs = provider.update("id", olds, news).outs
+        assert outs is not None
+        assert {k: outs[k] for k in ("stdout", "expected", "generation")} == {
+            k: WAITED[k] for k in ("stdout", "expected", "generation")
+        }
+        assert (outs["defines"], outs["read_stdin"]) == ("d2", "probe r2")
+        assert not provider.diff("id", outs, news).changes
+
+
 @pytest.mark.parametrize(
     ("stdout", "key", "value"),
     [

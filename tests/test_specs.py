@@ -400,6 +400,29 @@ def test_ray_membership_counts_and_binds_the_stacks_own_nodes_only() -> None:
     assert (report["unexpected"], report["unexpected_ids"]) == (["10.0.0.3"], ["id2"])
 
 
+def test_a_raylet_whose_port_refuses_is_dead_at_once() -> None:
+    """A worker's container was replaced: the GCS still lists its old raylet as alive
+    (until it misses its health checks), and the new one has registered. The old one's
+    node manager port refuses (on loopback here: a closed port), so the wait takes the new
+    one only; a raylet that listens stays."""
+    import socket
+
+    with socket.socket() as live, socket.socket() as gone:
+        live.bind(("127.0.0.1", 0))
+        live.listen()
+        gone.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        head = {**_ray_node("10.0.0.1", 1), "NodeID": "head"}  # no port known: not probed
+        new = {**_ray_node("127.0.0.1", 1), "NodeID": "new",
+               "NodeManagerPort": live.getsockname()[1]}  # fmt: skip
+        old = {**new, "NodeID": "old", "NodeManagerPort": gone.getsockname()[1]}
+        nodes = [head, old, new]
+        assert ray_members.summarize(nodes, ["10.0.0.1", "127.0.0.1"], 2)["complete"] is False
+        dead = ray_members.refused(nodes)
+    assert dead == ["old"]
+    report = ray_members.summarize(ray_members.without(nodes, dead), ["10.0.0.1", "127.0.0.1"], 2)
+    assert report["complete"] is True and report["node_ids"] == ["head", "new"]
+
+
 @pytest.mark.parametrize(
     ("mode", "rc", "drained", "not_drained"),
     [
@@ -1349,6 +1372,7 @@ def test_the_ray_read_back_takes_the_gcs_node_table_shaped_as_ray_nodes(
     class Info:
         def __init__(self, ip: str, state: int) -> None:
             self.node_manager_address, self.node_manager_hostname = ip, f"h-{ip}"
+            self.node_manager_port = 40001
             self.state, self.resources_total = state, {"GPU": 1.0}
 
     class NodeID(bytes):  # ray's NodeID: hashable, hex()
@@ -1372,9 +1396,11 @@ def test_the_ray_read_back_takes_the_gcs_node_table_shaped_as_ray_nodes(
     assert asked == ["10.0.0.1:6379"]
     assert nodes == [
         {"NodeID": "aa", "Alive": True, "NodeManagerAddress": "10.0.0.1",
-         "NodeManagerHostname": "h-10.0.0.1", "Resources": {"GPU": 1.0}},
+         "NodeManagerHostname": "h-10.0.0.1", "NodeManagerPort": 40001,
+         "Resources": {"GPU": 1.0}},
         {"NodeID": "bb", "Alive": False, "NodeManagerAddress": "10.0.0.2",
-         "NodeManagerHostname": "h-10.0.0.2", "Resources": {"GPU": 1.0}},
+         "NodeManagerHostname": "h-10.0.0.2", "NodeManagerPort": 40001,
+         "Resources": {"GPU": 1.0}},
     ]  # fmt: skip
     report = ray_members.summarize(nodes, ["10.0.0.1", "10.0.0.2"], 2)
     assert report["node_ids"] == ["aa"] and report["missing"] == ["10.0.0.2"]

@@ -2,8 +2,14 @@
 
 Run inside the Ray head container: `python3 - EXPECTED_IPS_CSV EXPECTED_GPUS [drain|gcs]`.
 Prints one JSON line: {"alive": N, "gpus": G, "nodes": [...], "missing": [...],
-"unexpected": [...], "duplicated": [...], "node_ids": [...],
+"unexpected": [...], "duplicated": [...], "refused": [...], "node_ids": [...],
 "complete": bool}. Exit 0 when complete, 3 when not yet.
+
+A raylet that died stays "alive" in the GCS's table until the GCS misses its health checks
+(about 30 s). Its node manager port then refuses a connection (nothing listens there any
+more; a restarted raylet listens on a new port): such a raylet counts as dead here at once
+(`refused`), so neither the wait nor a read-back takes it for a member. Only a refusal
+counts: a connection that times out proves nothing, and the GCS's word stands.
 
 `alive`, `nodes`, `gpus` and `node_ids` are the stack's own nodes only (by cluster IP);
 the others are in `unexpected`. With `drain` (the wait before the server starts; never a
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 # What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
 # wording, comments or layout; a step that runs it re-runs then.
-# revision: 1
+# revision: 2
 import json
 import logging
 import sys
@@ -58,6 +64,30 @@ def summarize(nodes: list, expected_ips: list, expected_gpus: float) -> dict:
         "unexpected_ids": sorted(n.get("NodeID", "") for n in alive if n not in mine),
         "complete": not missing and not duplicated and gpus >= expected_gpus,
     }
+
+
+def refused(nodes: list, timeout: float = 2.0) -> list:
+    """The IDs of the alive nodes whose raylet refuses a TCP connection to its node
+    manager port (dead: see the module's doc)."""
+    import socket
+
+    dead = []
+    for n in nodes:
+        port = int(n.get("NodeManagerPort") or 0)
+        if not n.get("Alive") or not port:
+            continue
+        try:
+            socket.create_connection((n.get("NodeManagerAddress", ""), port), timeout).close()
+        except ConnectionRefusedError:
+            dead.append(n.get("NodeID", ""))
+        except OSError:  # a timeout, no route: proves nothing
+            pass
+    return dead
+
+
+def without(nodes: list, dead_ids: list) -> list:
+    """The table with these nodes marked dead."""
+    return [{**n, "Alive": False} if n.get("NodeID") in dead_ids else n for n in nodes]
 
 
 def drain(node_ids: list) -> list:
@@ -100,6 +130,7 @@ def gcs_nodes():
             "Alive": info.state == 0,  # GcsNodeInfo.ALIVE
             "NodeManagerAddress": info.node_manager_address,
             "NodeManagerHostname": info.node_manager_hostname,
+            "NodeManagerPort": info.node_manager_port,
             "Resources": dict(info.resources_total),
         }
         for node_id, info in table.items()
@@ -118,7 +149,10 @@ def main(argv: list) -> int:
             nodes = ray.nodes()
         finally:
             ray.shutdown()
-    report = summarize(nodes, expected_ips, expected_gpus)
+    dead = refused(nodes)
+    report = summarize(without(nodes, dead), expected_ips, expected_gpus)
+    report["refused"] = sorted(n.get("NodeManagerAddress", "") for n in nodes
+                               if n.get("NodeID") in dead)  # fmt: skip
     report["ray_version"] = ray.__version__
     if argv[3:] == ["drain"] and report["unexpected_ids"]:
         drained = drain(report["unexpected_ids"])

@@ -276,7 +276,9 @@ def image_relay(
     )
 
 
-RAY_SETTLE_S = 30
+# Two tries in a row with one answer (tries are 3 s apart): a dead raylet no longer needs
+# the GCS's 30 s to show (probes/ray_members.py refuses it at once).
+RAY_SETTLE_S = 3
 
 
 def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:

@@ -152,6 +152,7 @@ class SimDeployment:
     access: Any
     outputs: dict[str, Any]
     seconds: float
+    answer: str  # SIM_PROMPT's completion when deployed (TP=2), for later comparisons
 
 
 def sim_log(message: str) -> None:
@@ -171,8 +172,36 @@ def _is_sim(item: pytest.Item) -> bool:
     return item.get_closest_marker("sim") is not None
 
 
+# The sim's suites in the order that costs least: those on the shared deployment first,
+# the ones that end it last (the native story switches launchers and destroys; the engine
+# suite's TP=1 story then deploys one node on its own). A suite not listed runs after the
+# listed ones that share the deployment, before those that end it.
+SIM_ORDER = (
+    "tests/sim_smoke/",
+    "tests/test_sim_cluster.py",
+    "tests/test_sim_drift.py",
+    "tests/test_sim_drift_job.py",
+    "tests/test_sim_health.py",
+    "tests/test_sim_hub.py",
+    "tests/test_sim_jump_host.py",
+    "tests/test_sim_link.py",
+    "tests/test_sim_failfast.py",
+    "tests/test_sim_vllm_parser.py",
+    "",  # any other
+    "tests/test_sim_native.py",
+    "tests/test_sim_engine.py",
+)
+
+
+def sim_rank(nodeid: str) -> int:
+    """Where a sim test's suite runs among the sim's suites (SIM_ORDER)."""
+    listed = [i for i, prefix in enumerate(SIM_ORDER) if prefix and nodeid.startswith(prefix)]
+    return listed[0] if listed else SIM_ORDER.index("")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items[:] = [i for i in items if not _is_sim(i)] + [i for i in items if _is_sim(i)]
+    sims = sorted((i for i in items if _is_sim(i)), key=lambda i: sim_rank(i.nodeid))
+    items[:] = [i for i in items if not _is_sim(i)] + sims
 
 
 @dataclass
@@ -261,7 +290,8 @@ def sim_deployment() -> SimDeployment:
     sim_log(f"phase: deploy TP=2 (engine up) {seconds:.1f}s")
     assert not result.error, result.error
     assert result.outputs["health"]["ready"] is True
-    return SimDeployment(cfg, access, result.outputs, seconds)
+    answer = sim_complete(result.outputs["endpoint"])
+    return SimDeployment(cfg, access, result.outputs, seconds, answer)
 
 
 SIM_PROMPT = "The simulated spark cluster says"

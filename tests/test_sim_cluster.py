@@ -24,7 +24,7 @@ from sparkvllm.probes import server_health
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import image_sync
 from sparkvllm.specs.output import key_values
-from tests.conftest import SimDeployment
+from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim
 
@@ -118,3 +118,21 @@ def test_weights_were_already_in_place_and_verified(tp2: Deployed) -> None:
     for node in tp2.cfg.nodes:
         out = stack.run_on(tp2.cfg, tp2.access, node.name, f"bash -c {shlex.quote(read)}")
         assert key_values(out)["manifest"] == tp2.outputs["model"]["weights_manifest"]
+
+
+def test_a_second_up_is_a_no_op(sim_deployment: SimDeployment) -> None:
+    again = stack.engine("up", log=sim_log)
+    sim_log(f"phase: engine no-op up {again.seconds:.1f}s")
+    assert not again.error, again.error
+    assert {s.op for s in again.steps} == {"same"}
+    assert again.provider_writes == 0
+    assert again.outputs["endpoint"] == sim_deployment.outputs["endpoint"]
+    assert len(again.refresh_steps) >= 10  # Pulumi.yaml refresh: always read them all
+    assert {s.op for s in again.refresh_steps} == {"same"}
+
+
+def test_preview_refresh_finds_nothing_to_change(sim_deployment: SimDeployment) -> None:
+    check = stack.engine("preview", refresh=True, log=sim_log)
+    assert not check.error, check.error
+    assert not check.changed, [(s.name, s.op, s.keys) for s in check.steps if s.op != "same"]
+    assert check.provider_writes == 0

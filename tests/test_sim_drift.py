@@ -97,9 +97,10 @@ FAULTS: dict[str, Fault] = {
         "model-server-ray-ready",
         None,
     ),
-    # Read right after the node is back, the GCS still counts its old raylet alive (until
-    # it misses its health checks): what shows it is the server, whose rank there died.
-    "worker node restarted": Fault(restart_node, "model-server-guard", None),
+    # Read right after the node is back, the GCS may still count its old raylet alive
+    # (until it misses its health checks), but that raylet's port refuses: Ray's
+    # membership read (probes/ray_members.py) shows it gone at once.
+    "worker node restarted": Fault(restart_node, "model-server-ray-ready", None),
     "image removed from a worker": Fault(
         lambda d: on(d, WORKER, f"docker rmi -f {REF} >/dev/null"),
         "image-sync-spark-2",
@@ -120,21 +121,21 @@ FAULTS: dict[str, Fault] = {
     ),
 }
 
-# Each round: faults whose read-backs are apart (no fault of a round changes what another
-# one's is read from), healed by one `up`. Every fault of FAULTS is in exactly one round.
+# Each round: faults whose read-backs are apart (no fault of a round changes what a later
+# one's is read from: a fault that shows in several reads comes after the faults that own
+# them), healed by one `up`. Every fault of FAULTS is in exactly one round. Two rounds, as
+# few as the faults allow: image and weights have two faults each, and the server hung
+# and stopped cannot both be (the drift check names a hung server only while it runs).
 ROUNDS: dict[str, list[str]] = {
-    "a worker's Ray gone, its image removed": [
-        "worker container removed", "image removed from a worker",
+    "the server hung, the Ray head restarted, a worker's Ray and image gone, its weights "
+    "truncated": [
+        "model server hung", "ray head container restarted", "worker container removed",
+        "image removed from a worker", "weights truncated on a worker",
     ],
-    "the server stopped, the Ray head restarted, a worker's image replaced": [
-        "model server container stopped", "ray head container restarted",
-        "image replaced under the same tag on a worker",
-    ],
-    "the server hung, a worker's weights deleted": [
-        "model server hung", "weights deleted on a worker",
-    ],
-    "a worker node restarted, its weights truncated": [
-        "worker node restarted", "weights truncated on a worker",
+    "the server stopped, a worker node restarted, its image replaced, its weights "
+    "deleted": [
+        "model server container stopped", "worker node restarted",
+        "image replaced under the same tag on a worker", "weights deleted on a worker",
     ],
 }  # fmt: skip
 

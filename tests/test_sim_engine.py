@@ -1,8 +1,8 @@
-"""The sim stack through the local engine, on the session's shared deployment: a second
-`up` is a no-op (zero provider calls that change a node), `preview --refresh
---expect-no-changes` is clean, a config change to TP=1 on one node answers the same tokens
-as TP=2, and `destroy` leaves no container of the stack on any node. Runs after the
-cluster and drift suites (it ends the shared deployment)."""
+"""A config change to TP=1 on one node answers the same tokens as the shared TP=2
+deployment did, and `destroy` leaves no container of the stack on any node and no state.
+Runs last among the sim's suites (tests/conftest.py SIM_ORDER): the native story before it
+has already destroyed the shared deployment (its own destroy, checked there); run alone,
+this suite deploys TP=2 (the session's fixture) and destroys it first."""
 
 from __future__ import annotations
 
@@ -16,29 +16,11 @@ from tests.conftest import SIM_PROMPT, SimDeployment, sim_complete, sim_log
 pytestmark = pytest.mark.sim
 
 
-def test_a_second_up_is_a_no_op(sim_deployment: SimDeployment) -> None:
-    again = stack.engine("up", log=sim_log)
-    sim_log(f"phase: engine no-op up {again.seconds:.1f}s")
-    assert not again.error, again.error
-    assert {s.op for s in again.steps} == {"same"}
-    assert again.provider_writes == 0
-    assert again.outputs["endpoint"] == sim_deployment.outputs["endpoint"]
-    assert len(again.refresh_steps) >= 10  # Pulumi.yaml refresh: always read them all
-    assert {s.op for s in again.refresh_steps} == {"same"}
-
-
-def test_preview_refresh_finds_nothing_to_change(sim_deployment: SimDeployment) -> None:
-    check = stack.engine("preview", refresh=True, log=sim_log)
-    assert not check.error, check.error
-    assert not check.changed, [(s.name, s.op, s.keys) for s in check.steps if s.op != "same"]
-    assert check.provider_writes == 0
-
-
 def test_tp2_answer_equals_tp1_and_destroy_leaves_nodes_clean(
     sim_deployment: SimDeployment,
 ) -> None:
     cfg, access = sim_deployment.cfg, sim_deployment.access
-    tp2_answer = sim_complete(sim_deployment.outputs["endpoint"])
+    tp2_answer = sim_deployment.answer  # taken when it was deployed
     gone = stack.engine("destroy", log=sim_log)
     assert not gone.error, gone.error
     for node in cfg.nodes:

@@ -2,8 +2,8 @@
 a live Ray TP=2 stack switched to native by one `up` (nothing of Ray left on the nodes),
 answering the same tokens as Ray TP=2; a worker rank lost, then the worker node
 restarted, each found by `preview --refresh` and healed by one `up` that replaces the
-whole group (vLLM cannot take a rank back); then its rank stopped and its weights
-deleted, found and healed by one `up` (the probe drift check names both). The sim image
+whole group (vLLM cannot take a rank back), the lost rank with its weights deleted (the
+probe drift check names both), then its rank hung and its image removed. The sim image
 holds Ray, so `auto` runs Ray there; then a Ray-less image (a SIMULATION stand-in for a
 current stock one) under `auto` runs native, with nccl.library host (the nodes' stand-in
 library, loaded by the server's processes), and an explicit `ray` on it is refused at
@@ -112,8 +112,16 @@ def test_native_answers_as_ray_heals_a_lost_rank_and_leaves_no_ray_behind() -> N
     assert stack.our_containers(cfg, access, WORKER) == [RANK]
     assert stack.engine("preview", native(), refresh=True, log=sim_log).changed is False
 
-    stack.run_on(cfg, access, WORKER, f"docker rm -f {RANK}")
-    found_and_healed("a lost rank", ray_answer, {"model-server-container", "rank-guard-spark-2"})
+    # The worker's rank lost and its weights deleted: both found (the rank guard, the
+    # weights' read-back; the probe drift check names both), healed by one up.
+    stack.run_on(cfg, access, WORKER, f"docker rm -f {RANK} >/dev/null && rm {BLOB}")
+    findings = {(f.node, f.what) for f in drift.check(cfg, "sim", access)}
+    sim_log(f"rank lost, weights deleted: drift check {sorted(findings)}")
+    assert {(WORKER, "container missing"), (WORKER, "weights incomplete")} <= findings
+    found_and_healed(
+        "a lost rank and deleted weights", ray_answer,
+        {"model-server-container", "rank-guard-spark-2", "model-sync-spark-2"},
+    )  # fmt: skip
 
     # The worker node restarts: docker starts its rank again, which cannot rejoin the
     # group rank 0 still holds. Its guard reads it as started again: the group is replaced.
@@ -121,17 +129,6 @@ def test_native_answers_as_ray_heals_a_lost_rank_and_leaves_no_ray_behind() -> N
     found_and_healed(
         "a restarted worker node", ray_answer, {"rank-guard-spark-2", "rank-spark-2-container"}
     )
-
-    # The worker's rank stopped and its weights deleted: both found (the rank guard, the
-    # weights' read-back; the probe drift check names both), healed by one up.
-    stack.run_on(cfg, access, WORKER, f"docker stop -t 5 {RANK} >/dev/null && rm {BLOB}")
-    findings = {(f.node, f.what) for f in drift.check(cfg, "sim", access)}
-    sim_log(f"rank stopped, weights deleted: drift check {sorted(findings)}")
-    assert {(WORKER, "container not running"), (WORKER, "weights incomplete")} <= findings
-    found_and_healed(
-        "a stopped rank and deleted weights", ray_answer,
-        {"rank-guard-spark-2", "model-sync-spark-2"},
-    )  # fmt: skip
 
     # The worker's rank hung (every process of its container frozen, as an NCCL stall
     # leaves it: the container still runs) and its image gone: rank 0 no longer answers

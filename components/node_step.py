@@ -141,8 +141,10 @@ def _run(
     return result.stdout.removesuffix("\n")
 
 
-# What a kept step keeps of its last run: its result, and the read that checks it.
-_KEPT = ("stdout", "expected", "observed", "generation", "read", "read_stdin")
+# What a kept step keeps of its last run: its result, and the read that checks it (a kept
+# wait reads as before, the same `read`, and records its revised probe: result only).
+_RESULT = ("stdout", "expected", "observed", "generation")
+_KEPT = (*_RESULT, "read", "read_stdin")
 
 
 def _reruns(olds: dict[str, Any], news: dict[str, Any]) -> list[str]:
@@ -271,8 +273,7 @@ class NodeStepProvider(ResourceProvider):
         """Only what `_recorded` names changed (diff replaces for anything else), or the
         step is kept (`keep_if`, `subject`): record it; no command runs on the node."""
         if _kept(olds, news):
-            # A kept wait reads as before (the same `read`): its revised probe is recorded.
-            kept = _KEPT[:4] if _wait_kept(olds, news) else _KEPT
+            kept = _RESULT if _wait_kept(olds, news) else _KEPT
             return UpdateResult({**news, **{k: olds.get(k) for k in kept}})
         return UpdateResult({**olds, **{k: news.get(k) for k in _recorded(olds, news)}})
 

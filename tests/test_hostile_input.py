@@ -212,15 +212,17 @@ def _plain(reg: Registration) -> dict[str, Any]:
     return {k: reg.plain(k) for k in reg.state}
 
 
+def inputs_of(regs: dict[str, Registration]) -> dict[str, dict[str, Any]]:
+    return {urn: _plain(reg) for urn, reg in regs.items()}
+
+
 def changed_by(
-    regs: dict[str, Registration], own: dict[str, Registration]
+    regs: dict[str, Registration], own: dict[str, dict[str, Any]]
 ) -> dict[str, Registration]:
-    """The registrations whose inputs differ from the stack's own (`own`: the same program
-    on the unchanged config, which registers the same inputs run after run): only they
-    can carry a value set in the config."""
-    return {
-        urn: reg for urn, reg in regs.items() if urn not in own or _plain(reg) != _plain(own[urn])
-    }
+    """The registrations whose inputs differ from the stack's own (`own`, inputs_of the
+    same program on the unchanged config, which registers the same inputs run after run):
+    only they can carry a value set in the config."""
+    return {urn: reg for urn, reg in regs.items() if own.get(urn) != _plain(reg)}
 
 
 def words_of(box: sandbox.Sandbox) -> list[str]:
@@ -255,7 +257,7 @@ def test_hostile_values_are_refused_or_stay_one_literal_argument(
     # canary never runs and each value is one argument (or inside one) of the program it
     # reaches.
     runner = Runner(sandbox.Sandbox(tmp_path / "box"), monkeypatch)
-    own = run_main(base, stack).registrations
+    own = inputs_of(run_main(base, stack).registrations)
     for path, payload in accepted:
         runner.box.log.unlink(missing_ok=True)
         monitor = run_main(set_path(base, path, payload), stack)

@@ -28,6 +28,7 @@ from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
+from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, versions
 from sparkvllm.workstation import SshAccess, workstation_versions
 
@@ -62,51 +63,94 @@ def deploy(
     links = ClusterLinks(links_plan.name, ClusterLinksArgs(links_plan, nodes), top)
     image_plan = plans.image(cfg, access.host_keys)
     image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes, links.measured), top)
-    weights_plan = plans.model_weights(cfg, access.host_keys, access.hf_token_ref)
-    weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
 
-    def serve(launcher: str, why: str) -> dict[str, Any]:
-        return _serve(cfg, stack, launcher, why, nodes, image, weights, api_key, top)
-
-    if cfg.parallelism.launcher != "auto":
-        serving = serve(*plans.launcher(cfg))
-    else:
-
-        def decide(ray: str | None) -> dict[str, Any]:
-            known = ray if isinstance(ray, str) else None
-            chosen, why = plans.launcher(cfg, known)
-            if known is None:
-                pulumi.log.warn(f"launcher: {chosen} assumed ({why})")
-            return serve(chosen, why)
-
-        # Run with unknowns too: a preview that cannot know the image's Ray yet still
-        # shows a serving part (and says which it assumed), rather than none.
-        decided = image.head_ray.apply(decide, run_with_unknowns=True)
-        serving = {k: decided.apply(partial(_pick, k)) for k in _SERVING}
-    return {
-        **{k: serving[k] for k in ("endpoint", "health")},
-        "served_model": cfg.model.name_for_clients,
-        **{k: serving[k] for k in ("ray_dashboard", "ray_dashboard_tunnel", "ray_gcs_address")},
-        "launcher": serving["launcher"],
+    # Each model's parts, in the config's order: a model's server starts once the servers
+    # of the earlier models that share a node with it answer (one start-up profiling at a
+    # time on a node).
+    served: dict[str, dict[str, Any]] = {}
+    started: dict[str, list[pulumi.Resource | pulumi.Output[Any]]] = {n.name: [] for n in cfg.nodes}
+    for m in cfg.served:
+        view = cfg.for_model(m)
+        weights_plan = plans.model_weights(view, access.host_keys, access.hf_token_ref)
+        weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
+        after = [ready for n in view.nodes for ready in started[n.name]]
+        several = len(cfg.served) > 1
+        serving = _model(view, several, stack, nodes, image, weights, api_key, after, top)
+        for n in view.nodes:
+            started[n.name].append(serving["ready"])
+        served[model_label(m)] = {
+            **serving,
+            "model": {
+                "id": m.id,
+                "revision": m.revision,
+                "support": weights.support,
+                "weights_manifest": weights.manifest,
+            },
+        }
+    first = next(iter(served.values()))
+    # Ray's outputs are its model's (one at most; `launcher.name` says which ran).
+    ray = next((s for s in served.values() if s["ray_gcs_address"] != ""), first)
+    outputs = {
+        **{k: first[k] for k in ("endpoint", "health")},
+        "served_model": cfg.served[0].name_for_clients,
+        **{k: ray[k] for k in ("ray_dashboard", "ray_dashboard_tunnel", "ray_gcs_address")},
+        "launcher": first["launcher"],
         "image": {
             "ref": cfg.image.ref,
             "fingerprint": image.fingerprint,
             "ids": image.image_ids,
             "versions": image.versions,
         },
-        "model": {
-            "id": cfg.model.id,
-            "revision": cfg.model.revision,
-            "support": image.support,
-            "weights_manifest": weights.manifest,
-        },
+        "model": first["model"],
         "nodes": {name: node.facts for name, node in nodes.items()},
         "links": links.rates,
         "nccl": pulumi.Output.all(
-            image.versions, {n: node.facts for n, node in nodes.items()}, serving["health"]
+            image.versions, {n: node.facts for n, node in nodes.items()}, first["health"]
         ).apply(lambda v: _nccl(cfg.nccl.library, *v)),
         "ray_client": image.versions.apply(_ray_client),
     }
+    if not cfg.single_form:
+        outputs["models"] = {
+            label: {
+                "served_name": m.name_for_clients,
+                **{k: s[k] for k in ("endpoint", "health", "launcher", "model")},
+            }
+            for (label, s), m in zip(served.items(), cfg.served, strict=True)
+        }
+    return outputs
+
+
+def _model(
+    view: StackConfig,
+    several: bool,
+    stack: str,
+    nodes: dict[str, GB10Node],
+    image: SyncedImage,
+    weights: ModelWeights,
+    api_key: pulumi.Output[str] | None,
+    after: list[pulumi.Resource | pulumi.Output[Any]],
+    top: pulumi.ResourceOptions,
+) -> dict[str, Any]:
+    """Register the serving part of the model `view` serves (a one-model view) on the
+    launcher its config names, or (auto) the one the image's Ray decides."""
+
+    def serve(launcher: str, why: str) -> dict[str, Any]:
+        return _serve(view, stack, launcher, why, nodes, image, weights, api_key, after, top)
+
+    if view.parallelism.launcher != "auto" or several:
+        return serve(*plans.launcher(view, several=several))
+
+    def decide(ray: str | None) -> dict[str, Any]:
+        known = ray if isinstance(ray, str) else None
+        chosen, why = plans.launcher(view, known)
+        if known is None:
+            pulumi.log.warn(f"launcher: {chosen} assumed ({why})")
+        return serve(chosen, why)
+
+    # Run with unknowns too: a preview that cannot know the image's Ray yet still shows a
+    # serving part (and says which it assumed), rather than none.
+    decided = image.head_ray.apply(decide, run_with_unknowns=True)
+    return {k: decided.apply(partial(_pick, k)) for k in _SERVING}
 
 
 def _nccl(
@@ -143,7 +187,7 @@ def _pick(key: str, outputs: dict[str, Any]) -> Any:
 
 
 _SERVING = ("endpoint", "health", "ray_dashboard", "ray_dashboard_tunnel", "ray_gcs_address",
-            "launcher")  # fmt: skip
+            "launcher", "ready")  # fmt: skip
 
 
 def _serve(
@@ -155,6 +199,7 @@ def _serve(
     image: SyncedImage,
     weights: ModelWeights,
     api_key: pulumi.Output[str] | None,
+    after: list[pulumi.Resource | pulumi.Output[Any]],
     top: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
     """Register the ranks of `launcher` and return their outputs (_SERVING)."""
@@ -165,7 +210,7 @@ def _serve(
             server_plan.name,
             ModelServerArgs(
                 server_plan, nodes, image, None, [], weights, api_key,
-                ranks=[plans.vllm_rank(cfg, stack, n) for n in cfg.worker_nodes],
+                ranks=[plans.vllm_rank(cfg, stack, n) for n in cfg.worker_nodes], after=after,
             ),
             top,
         )  # fmt: skip
@@ -177,6 +222,7 @@ def _serve(
             "ray_dashboard_tunnel": "",
             "ray_gcs_address": "",
             "launcher": {"name": launcher, "why": why},
+            "ready": server.ready,
         }
     head_plan = plans.ray_head(cfg, stack)
     head = RayHead(head_plan.name, RayHeadArgs(head_plan, nodes[cfg.head], image), top)
@@ -189,7 +235,7 @@ def _serve(
     server_plan = plans.model_server(cfg, stack)
     server = ModelServer(
         server_plan.name,
-        ModelServerArgs(server_plan, nodes, image, head, workers, weights, api_key),
+        ModelServerArgs(server_plan, nodes, image, head, workers, weights, api_key, after=after),
         top,
     )
     return {
@@ -199,4 +245,5 @@ def _serve(
         "ray_dashboard_tunnel": head.dashboard_tunnel,
         "ray_gcs_address": head.gcs_address,
         "launcher": {"name": launcher, "why": why},
+        "ready": server.ready,
     }

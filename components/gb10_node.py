@@ -68,11 +68,10 @@ class GB10Node(pulumi.ComponentResource):
             plan.links, reach=self.reach, check=plan.links_check,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[facts_step]),
         )  # fmt: skip
-        hub_step = (
-            [NodeStep(plan.hub, reach=self.reach, stdin_file=plan.token_file, opts=mine)]
-            if plan.hub is not None
-            else []
-        )
+        hub_step = [
+            NodeStep(hub, reach=self.reach, stdin_file=plan.token_file, opts=mine)
+            for hub in plan.hubs
+        ]
 
         def validated(outs: list[str]) -> dict[str, object]:
             facts, warnings = plan.verdict(outs[0], outs[1])

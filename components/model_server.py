@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 
@@ -38,6 +39,10 @@ class ModelServerArgs:
     weights: ModelWeights
     api_key: pulumi.Output[str] | None
     ranks: Sequence[RankPlan] = ()  # launcher native: the worker ranks
+    # The servers of earlier models that share a node with this one: it starts once they
+    # answer (vLLM's start-up profiling ignores its memory limit on a GB10: two at once can
+    # take more than the node has).
+    after: Sequence[pulumi.Resource | pulumi.Output[Any]] = ()
 
 
 class ModelServer(pulumi.ComponentResource):
@@ -125,6 +130,7 @@ class ModelServer(pulumi.ComponentResource):
                 *drops,
                 *args.weights.checked,
                 *args.image.ready_on(spec.node),
+                *args.after,
             ],
             secret_env={"VLLM_API_KEY": args.api_key} if args.api_key is not None else None,
             extra_labels=labels,
@@ -148,6 +154,7 @@ class ModelServer(pulumi.ComponentResource):
             depends_on=[self.container, *(r.container for r in self.ranks)],
             triggers=[self.container.id],
         )
+        self.ready = ready
         self.endpoint = pulumi.Output.from_input(plan.endpoint)
         members = ray_ready.stdout if ray_ready is not None else pulumi.Output.from_input("")
         self.ray_members = members

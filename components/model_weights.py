@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components.adapters import gated
+from components.adapters import gated, remote_command
 from components.gb10_node import GB10Node
 from components.node_step import NodeStep
 from components.synced_image import SyncedImage
@@ -38,15 +38,28 @@ class ModelWeights(pulumi.ComponentResource):
     ):
         super().__init__(WeightsPlan.TYPE, name, None, opts)
         plan = args.plan
+        # The model's own image check (a named model), once the image is on its rank 0;
+        # the model without a name was checked by the image itself.
+        self.support = args.image.support
+        checked = args.image.model_checked
+        if plan.support is not None and plan.support_verdict is not None:
+            check = remote_command(
+                plan.support,
+                connection=args.nodes[plan.head].connection,
+                parent=self,
+                secrets={},
+                depends_on=[args.image.steps[plan.head]],
+                triggers=[args.image.obtained.generation, *plan.triggers],
+            )
+            self.support = check.stdout.apply(plan.support_verdict)
+            checked = gated(self.support, check)
         steps: dict[str, NodeStep] = {
             n: NodeStep(
                 spec,
                 reach=args.nodes[n].reach,
                 triggers=list(plan.triggers),
                 stdin_file=plan.token_file,
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[args.image.model_checked, args.image.steps[n]]
-                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[checked, args.image.steps[n]]),
             )
             for n, spec in plan.downloads.items()
         }
@@ -70,4 +83,5 @@ class ModelWeights(pulumi.ComponentResource):
         self.manifest = manifests.apply(lambda m: same_on_every_node(m, "model weights differ"))
         # The server waits on every step, each resolved once the manifests agree.
         self.checked = [gated(self.manifest, step) for step in steps.values()]
-        self.register_outputs({"manifest": self.manifest})
+        named = {"support": self.support} if plan.support is not None else {}
+        self.register_outputs({"manifest": self.manifest, **named})

@@ -47,6 +47,7 @@ class SyncedImage(pulumi.ComponentResource):
     `model_checked` resolves once the image is known to implement the model."""
 
     model_checked: pulumi.Output[pulumi.Resource]
+    support: pulumi.Output[dict[str, Any]]
 
     def __init__(
         self, name: str, args: SyncedImageArgs, opts: pulumi.ResourceOptions | None = None
@@ -60,6 +61,7 @@ class SyncedImage(pulumi.ComponentResource):
             triggers=list(plan.obtain_triggers),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[head.checked]),
         )
+        self.obtained = obtain
         self.steps: dict[str, NodeStep] = {plan.head: obtain}
         # The name the containers run the image by (from its step's ID: known in every
         # preview but one that creates or replaces the step, where it is the config's
@@ -75,18 +77,13 @@ class SyncedImage(pulumi.ComponentResource):
             partial(_run_name, plan.ref), run_with_unknowns=True
         )
 
-        check = remote_command(
-            plan.support,
-            connection=head.connection,
-            parent=self,
-            secrets={},
-            depends_on=[obtain],
-            triggers=[obtain.generation, *plan.support_triggers],
-        )
-        self.support = check.stdout.apply(plan.support_verdict)
-        # Nothing is streamed to another node or started before the image implements the
-        # model.
-        self.model_checked = gated(self.support, check)
+        # Does the image implement the model without a name? Checked on its rank 0: on the
+        # head (the usual case), nothing is streamed to another node or started before it
+        # passed; on another node, once the image is there (below).
+        check = None
+        if plan.support is not None and plan.support_node == plan.head:
+            check = self._support_check(plan, head, [obtain], obtain)
+        streams_wait: list[pulumi.Input[Any]] = [self.model_checked] if check else []
 
         # Several workers: a transfer to those that lack it is relayed hop by hop (the
         # image, or an update's new layers, leaves the head once); each worker's stream
@@ -108,7 +105,7 @@ class SyncedImage(pulumi.ComponentResource):
                     parent=self,
                     depends_on=[
                         *before,
-                        self.model_checked,
+                        *streams_wait,
                         *(args.nodes[n].checked for n in plan.streams),
                     ],
                 ),
@@ -123,9 +120,15 @@ class SyncedImage(pulumi.ComponentResource):
                 read_reach=target.reach,
                 triggers=[plan.ref, obtain.generation],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[*before, target.checked, self.model_checked]
+                    parent=self, depends_on=[*before, target.checked, *streams_wait]
                 ),
             )
+        if plan.support is not None and check is None:
+            node = plan.support_node
+            check = self._support_check(plan, args.nodes[node], [self.steps[node]], obtain)
+        if check is None:  # every model has a name: each checks the image in its weights
+            self.support = pulumi.Output.from_input({})
+            self.model_checked = gated(obtain.id, obtain)
 
         probes = {
             n: remote_command(
@@ -175,7 +178,8 @@ class SyncedImage(pulumi.ComponentResource):
         )
         # Resolve only when the model is supported and fingerprints and versions agree.
         self._checked = gated(
-            pulumi.Output.all(self.model_checked, self.fingerprint, self.versions), check
+            pulumi.Output.all(self.model_checked, self.fingerprint, self.versions),
+            check if check is not None else obtain,
         )
         self.register_outputs(
             {
@@ -186,6 +190,27 @@ class SyncedImage(pulumi.ComponentResource):
                 "transferred": self.transferred,
             }
         )
+
+    def _support_check(
+        self,
+        plan: ImagePlan,
+        node: GB10Node,
+        after: list[pulumi.Resource],
+        obtain: NodeStep,
+    ) -> pulumi.Resource:
+        """The image-support check on `node` (sets `support` and `model_checked`)."""
+        assert plan.support is not None and plan.support_verdict is not None
+        check = remote_command(
+            plan.support,
+            connection=node.connection,
+            parent=self,
+            secrets={},
+            depends_on=after,
+            triggers=[obtain.generation, *plan.support_triggers],
+        )
+        self.support = check.stdout.apply(plan.support_verdict)
+        self.model_checked = gated(self.support, check)
+        return check
 
     def ready_on(self, node: str) -> list[pulumi.Input[pulumi.Resource]]:
         """What a container on `node` waits for: the image there, and every check passed

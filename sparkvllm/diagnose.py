@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sparkvllm.config import StackConfig, is_secret_name
-from sparkvllm.drift import Runner, last_outputs, link_drift, read_links, read_live
+from sparkvllm.drift import Runner, last_outputs, link_drift, read_findings, read_links
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
 from sparkvllm.specs.facts import facts_command
@@ -68,6 +68,7 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
     `=== name`; a missing tool or container prints what it could."""
     node = next(n for n in cfg.nodes if n.name == node_name)
     ours = drift_rules.read_containers(cfg, stack)[node_name]
+    caches = " ".join(shlex.quote(c) for c in dict.fromkeys(m.hf_cache for m in cfg.served))
     sections = {
         "facts": facts_command(cfg, node),
         "containers": "docker ps -a --filter "
@@ -79,10 +80,10 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
         "oom": "{ dmesg 2>/dev/null || journalctl -k -n 2000 --no-pager 2>/dev/null; } | "
         "grep -iE 'out of memory|oom-kill|killed process' | tail -n 20",
         "memory": "free -m",
-        "disk": f"df -h {shlex.quote(cfg.model.hf_cache)} /var/lib/docker 2>&1",
+        "disk": f"df -h {caches} /var/lib/docker 2>&1",
     }
     if node_name == cfg.head:
-        head = containers.ray_head(cfg, stack).name
+        head = containers.container_name(stack, "ray-head")
         sections["ray status"] = f"timeout 60 docker exec {head} ray status 2>&1"
     return "\n".join(
         f"echo {shlex.quote('=== ' + name)}; {{ {command}; }} 2>&1 || true"
@@ -179,8 +180,8 @@ def diagnose(
         oom[node.name] = sections.get("oom", "")
         for name, text in sections.items():
             files[f"{node.name}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.txt"] = text
-    live = read_live(cfg, stack, access, runner)
-    findings = drift_rules.find_drift(cfg, stack, live, last)
+    lives, findings = read_findings(cfg, stack, access, runner, dict(last or {}))
+    live = next(iter(lives.values()))  # the summary's: the first model's reading
     measured = read_links(cfg, access, runner) if links else {}
     findings += link_drift(cfg, measured, dict(last or {}))
     text = summary(cfg, live, findings, oom)

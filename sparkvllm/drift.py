@@ -23,6 +23,7 @@ from typing import Any
 
 from sparkvllm import outputs
 from sparkvllm.config import PROJECT_DIR, StackConfig
+from sparkvllm.config.stack import model_label
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import drift_rules as drift
 from sparkvllm.specs import link_checks
@@ -57,6 +58,23 @@ def read_live(
                 setattr(state, attr, report)
         live[node.name] = state
     return live
+
+
+def read_findings(
+    cfg: StackConfig,
+    stack: str,
+    access: SshAccess,
+    runner: Runner = run_ssh,
+    last: dict[str, Any] | None = None,
+) -> tuple[dict[str, dict[str, drift.NodeLive]], list[drift.Drift]]:
+    """(model label -> what its nodes reported, the findings). A stack that serves one
+    model is read once; a set, model by model (each as its one-model view: its
+    containers, weights and server), the image judged once for every node."""
+    if len(cfg.served) == 1:
+        live = read_live(cfg, stack, access, runner)
+        return {model_label(cfg.served[0]): live}, drift.find_drift(cfg, stack, live, last)
+    lives = {model_label(m): read_live(cfg.for_model(m), stack, access, runner) for m in cfg.served}
+    return lives, drift.find_set_drift(cfg, stack, lives, last)
 
 
 def read_links(
@@ -119,7 +137,7 @@ def check(
     links: bool = False,
 ) -> list[drift.Drift]:
     """`links`: also measure the cluster link (a few seconds of traffic per worker)."""
-    found = drift.find_drift(cfg, stack, read_live(cfg, stack, access, runner), last)
+    _, found = read_findings(cfg, stack, access, runner, last)
     if links:
         found += link_drift(cfg, read_links(cfg, access, runner), last or {})
     return found

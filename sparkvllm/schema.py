@@ -44,15 +44,26 @@ def _type_name(ann: Any) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
+def _unwrapped(ann: Any) -> Any:
+    """`X | None` -> X."""
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        return args[0] if len(args) == 1 else ann
+    return ann
+
+
 def _rows(model: type[BaseModel], prefix: str) -> list[str]:
     rows = []
-    for name, field in model.model_fields.items():
+    for field_name, field in model.model_fields.items():
+        name = field.alias or field_name  # the key as a stack file writes it
         path = f"{prefix}{name}"
         ann = field.annotation
+        inner = _unwrapped(ann)
+        listed = typing.get_origin(inner) is list
         nested = next(
             (
                 a
-                for a in (typing.get_args(ann) or (ann,))
+                for a in (typing.get_args(inner) if listed else (inner,))
                 if isinstance(a, type) and issubclass(a, BaseModel)
             ),
             None,
@@ -66,13 +77,12 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         else:
             default = f"`{json.dumps(field.default)}`"
         desc = (field.description or "").replace("|", "\\|").replace("\n", " ")
-        kind = "object" if nested else _type_name(ann)
+        kind = ("list of objects" if listed else "object") if nested else _type_name(ann)
         if name in SECRET_FIELDS:
             kind = "secret string"
         rows.append(f"| `{path}` | {kind} | {default} | {desc} |")
         if nested is not None:
-            sub = f"{path}[]." if typing.get_origin(ann) is list else f"{path}."
-            rows += _rows(nested, sub)
+            rows += _rows(nested, f"{path}[]." if listed else f"{path}.")
     return rows
 
 
@@ -114,13 +124,17 @@ def project_config() -> dict[str, Any]:
     is the schema's own; optional keys without a default (`api_key`, `endpoint_host`,
     either SSH key field) are left to the schema, which the program applies anyway."""
     out: dict[str, Any] = {}
-    for name, field in StackConfig.model_fields.items():
+    for field_name, field in StackConfig.model_fields.items():
+        name = field.alias or field_name  # the key as a stack file writes it
         typ = _pulumi_type(field.annotation)
         if typ is None or name in SECRET_FIELDS:
             continue
         decl: dict[str, Any] = {"type": typ}
         if typ == "array":
-            (item,) = typing.get_args(field.annotation)
+            ann = field.annotation
+            if typing.get_origin(ann) in (typing.Union, types.UnionType):
+                ann = next(a for a in typing.get_args(ann) if a is not type(None))
+            (item,) = typing.get_args(ann)
             decl["items"] = {"type": _pulumi_type(item) or "string"}
         decl["description"] = " ".join((field.description or "").split())
         if not field.is_required():

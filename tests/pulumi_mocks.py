@@ -133,6 +133,10 @@ class RecordingMonitor(MockMonitor):
         response = super().RegisterResource(request)
         if request.type == "pulumi:pulumi:Stack":
             return response
+        if response.urn in self.registrations:
+            # As the engine refuses it (pkg/resource/deploy/step_generator.go: "Duplicate
+            # resource URN '%s'; try giving it a unique name").
+            raise ValueError(f"Duplicate resource URN '{response.urn}'")
         deps = set(request.dependencies)
         for prop in request.propertyDependencies.values():
             deps |= set(prop.urns)
@@ -239,6 +243,20 @@ class NodeAnswers(pulumi.runtime.Mocks):
                 )
             if name in (f"image-versions-{n.name}", f"image-ray-{n.name}"):
                 return json.dumps(self.versions(n.name))
+        view, name = self._model_of(name)
+        return self._model_stdout(view, name)
+
+    def _model_of(self, name: str) -> tuple[StackConfig, str]:
+        """The one-model view a per-model step belongs to, and its name without the
+        model's (a named model's parts carry its name first)."""
+        cfg = self.cfg
+        for m in cfg.served:
+            if m.name is not None and name.startswith(f"{m.name}-"):
+                return cfg.for_model(m), name.removeprefix(f"{m.name}-")
+        unnamed = next((m for m in cfg.served if m.name is None), cfg.served[0])
+        return cfg.for_model(unnamed), name
+
+    def _model_stdout(self, cfg: StackConfig, name: str) -> str:
         if name == f"{cfg.head}-hub-access":
             return json.dumps({"hub": "ok", "status": 200, "gated": False,
                                "token": cfg.hf_token is not None, "detail": ""})  # fmt: skip

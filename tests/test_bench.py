@@ -37,6 +37,7 @@ def test_every_step_of_a_deploy_has_a_phase(stack: str) -> None:
     cfg = load_stack_config(raw)
     names = [cfg.head + "-facts", cfg.head + "-links", cfg.head + "-hub-access"]
     image = plans.image(cfg, {})
+    assert image.support is not None
     names += [image.obtain.name, image.support.name, *([image.relay.name] if image.relay else [])]
     names += [s.name for s in image.streams.values()] + [s.name for s in image.versions.values()]
     weights = plans.model_weights(cfg, {})

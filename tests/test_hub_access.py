@@ -100,9 +100,9 @@ def test_only_the_head_asks_the_hub(spark_raw: dict[str, Any]) -> None:
         )
         for n in cfg.nodes
     }
-    assert [n for n, p in plans.items() if p.hub is not None] == [cfg.head]
-    head_hub = plans[cfg.head].hub
-    assert head_hub is not None and head_hub.name == f"{cfg.head}-hub-access"
+    assert [n for n, p in plans.items() if p.hubs] == [cfg.head]
+    (head_hub,) = plans[cfg.head].hubs
+    assert head_hub.name == f"{cfg.head}-hub-access"
 
 
 def test_complete_weights_on_the_head_need_no_hub(

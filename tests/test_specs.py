@@ -860,14 +860,14 @@ def test_versions_agree(cfg: StackConfig) -> None:
     ],
 )
 def test_versions_that_differ_name_each_node(
-    cfg: StackConfig, spark2: dict[str, str], message: str
+    spark_raw: dict[str, Any], spark2: dict[str, str], message: str
 ) -> None:
     from sparkvllm.specs.versions import agreed_versions
 
     spark2 = dict(spark2)
     if launcher := spark2.pop("launcher", None):
-        cfg = cfg.model_copy(update={"parallelism": cfg.parallelism.model_copy(
-            update={"launcher": launcher})})  # fmt: skip
+        spark_raw["parallelism"] = {**spark_raw["parallelism"], "launcher": launcher}
+    cfg = load_stack_config(spark_raw)
     out = {"spark-1": json.dumps(GOOD), "spark-2": json.dumps({**GOOD, **spark2})}
     with pytest.raises(NodesDisagreeError) as err:
         agreed_versions(cfg, out)
@@ -1010,6 +1010,7 @@ def test_a_pinned_image_is_pulled_by_digest_tagged_and_checked(
     assert f"is not hellohal2064/vllm-qwen3.5-gb10@{DIGEST}; fix:" in bad.stderr
     # Every other step and container uses the local tag.
     plan = plans.image(cfg, {})
+    assert plan.support is not None
     for step in [*plan.streams.values(), *plan.versions.values(), plan.support]:
         assert cfg.image.local_ref in step.create and DIGEST not in step.create.replace(
             cfg.image.local_ref, ""

@@ -22,6 +22,7 @@ from sparkvllm.config import NodeConfig, StackConfig
 from sparkvllm.probes import revision, script
 from sparkvllm.specs import containers
 from sparkvllm.specs.health import answers_check
+from sparkvllm.specs.scope import scoped
 from sparkvllm.specs.ssh import (
     known_hosts_line,
     peer_options,
@@ -302,7 +303,7 @@ def ray_ready(cfg: StackConfig, ray_head: str) -> CommandSpec:
         "ray_members_read", CONTAINER=ray_head, PROBE_ARGS=[ips, str(cfg.total_gpus), "gcs"]
     )
     return CommandSpec(
-        name="model-server-ray-ready",
+        name=scoped(cfg, "model-server-ray-ready"),
         node=head,
         create=wait.text,
         stdin=script("ray_members"),
@@ -336,7 +337,7 @@ def server_guard(cfg: StackConfig, server: str, launcher: str = containers.RAY) 
         GAVE_UP_MARK=containers.GAVE_UP,
     )
     return CommandSpec(
-        name="model-server-guard", node=cfg.head, create="echo health=ok",
+        name=scoped(cfg, "model-server-guard"), node=cfg.head, create="echo health=ok",
         read=read.text, state_key="health", timeout_s=60, reads=read.identity,
     )  # fmt: skip
 
@@ -348,7 +349,7 @@ def rank_guard(cfg: StackConfig, node: NodeConfig, rank: str) -> CommandSpec:
     guard; its generation is a label of rank 0, so the whole group is replaced."""
     read = scripts.render("rank_guard", CONTAINER=rank)
     return CommandSpec(
-        name=f"rank-guard-{node.name}", node=node.name, create="echo health=ok",
+        name=scoped(cfg, f"rank-guard-{node.name}"), node=node.name, create="echo health=ok",
         read=read.text, state_key="health", timeout_s=60, reads=read.identity,
     )  # fmt: skip
 
@@ -372,7 +373,7 @@ def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
         GAVE_UP_MARK=containers.GAVE_UP,
     )
     return CommandSpec(
-        name="model-server-health",
+        name=scoped(cfg, "model-server-health"),
         node=cfg.head_node.name,
         create=wait.text,
         stdin=script("server_health"),
@@ -381,10 +382,11 @@ def server_ready(cfg: StackConfig, server: str) -> CommandSpec:
     )
 
 
-def drop_page_cache(node: NodeConfig) -> CommandSpec:
-    """Free the page cache on `node` (as root, or through passwordless sudo)."""
+def drop_page_cache(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
+    """Free the page cache on `node` (as root, or through passwordless sudo), right before
+    the server of the model `cfg` serves starts."""
     drop = scripts.render("drop_page_cache", NODE=node.name, LOGIN_USER=node.ssh.user)
     return CommandSpec(
-        name=f"model-server-drop-caches-{node.name}", node=node.name, create=drop.text,
+        name=scoped(cfg, f"model-server-drop-caches-{node.name}"), node=node.name, create=drop.text,
         timeout_s=300, defines=drop.identity,
     )  # fmt: skip

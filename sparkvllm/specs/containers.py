@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from sparkvllm.config import HOST_NCCL_ENV, HOST_NCCL_IN_CONTAINER, NodeConfig, StackConfig
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
+from sparkvllm.specs.scope import scoped
 from sparkvllm.specs.ssh import SshOptions, SshTarget, url_host
 
 LABEL_PREFIX = "ai.sparkvllm"
@@ -144,11 +145,14 @@ def container_name(stack: str, role: str, node: str | None = None) -> str:
     return f"{base}-{node}" if node else base
 
 
-def labels(stack: str, role: str, node: str) -> dict[str, str]:
+def labels(stack: str, role: str, node: str, model: str | None = None) -> dict[str, str]:
+    """A container's labels; a named model's parts also carry its name (the model without
+    one keeps the labels, so the spec, of a single-model stack's)."""
     return {
         f"{LABEL_PREFIX}.stack": stack,
         f"{LABEL_PREFIX}.role": role,
         f"{LABEL_PREFIX}.node": node,
+        **({f"{LABEL_PREFIX}.model": model} if model else {}),
     }
 
 
@@ -234,11 +238,12 @@ def exposure_warnings(cfg: StackConfig) -> list[str]:
     head = cfg.head_node
     out = []
     if cfg.api_key is None:
-        out.append(
-            f"the OpenAI API listens on 0.0.0.0:{cfg.ports.api} of {head.name} with no api_key: "
-            "anyone who reaches that port can use the model; fix: `pulumi config set "
-            "--secret api_key $(openssl rand -hex 32)`"
-        )
+        for view in map(cfg.for_model, cfg.served):
+            out.append(
+                f"the OpenAI API listens on 0.0.0.0:{view.ports.api} of {view.head} with no "
+                "api_key: anyone who reaches that port can use the model; fix: `pulumi config "
+                "set --secret api_key $(openssl rand -hex 32)`"
+            )
     if cfg.expose_ray_dashboard:
         out.append(
             f"the Ray dashboard listens on 0.0.0.0:{cfg.ports.ray_dashboard} of {head.name} "
@@ -453,15 +458,15 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = RAY) -> Container
     health_test = ("CMD", "python3", "-c", answers_check(cfg.ports.api, cfg.model.name_for_clients))
     return _labelled(
         ContainerSpec(
-            name=container_name(stack, "model-server"),
-            resource_name="model-server-container",
+            name=container_name(stack, scoped(cfg, "model-server")),
+            resource_name=scoped(cfg, "model-server-container"),
             node=node.name,
             role="model-server",
             entrypoint=("bash", "-c"),
             command=(script,),
             env=env,
             secret_env=("VLLM_API_KEY",) if cfg.api_key else (),
-            labels=labels(stack, "model-server", node.name),
+            labels=labels(stack, "model-server", node.name, cfg.model.name),
             mounts=(_mounts(cfg) if ray else (Mount(cfg.model.hf_cache, HF_HOME),))
             + _nccl_mounts(cfg),
             pid_mode="host" if ray else None,
@@ -488,13 +493,13 @@ def vllm_rank(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
     It joins rank 0 at ports.master and retries until rank 0 listens; it serves no API."""
     return _labelled(
         ContainerSpec(
-            name=container_name(stack, "rank", node.name),
-            resource_name=f"rank-{node.name}-container",
+            name=container_name(stack, scoped(cfg, "rank"), node.name),
+            resource_name=scoped(cfg, f"rank-{node.name}-container"),
             node=node.name,
             role=RANK_ROLE,
             command=tuple(vllm_serve_args(cfg, NATIVE, node)),
             env={**node_env(cfg, node), **cfg.vllm.env, **_nccl_env(cfg)},
-            labels=labels(stack, RANK_ROLE, node.name),
+            labels=labels(stack, RANK_ROLE, node.name, cfg.model.name),
             mounts=(Mount(cfg.model.hf_cache, HF_HOME), *_nccl_mounts(cfg)),
             **_common(cfg, node),  # type: ignore[arg-type]
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkvllm.config import PROJECT, NodeConfig, StackConfig
+from sparkvllm.config.stack import model_label
 from sparkvllm.probes import script
 from sparkvllm.specs import containers, plans, weights
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, ray_ready
@@ -107,9 +108,13 @@ def expected_containers(
 def read_containers(cfg: StackConfig, stack: str) -> dict[str, list[str]]:
     """node -> the names of the containers either launcher puts there: what is read, before
     it is known which launcher the stack runs (deployed_launcher)."""
-    both = [expected_containers(cfg, stack, launcher) for launcher in (RAY, NATIVE)]
+    both = [
+        expected_containers(view, stack, launcher)
+        for view in map(cfg.for_model, cfg.served)
+        for launcher in (RAY, NATIVE)
+    ]
     return {
-        n.name: list(dict.fromkeys(s.name for specs in both for s in specs[n.name]))
+        n.name: list(dict.fromkeys(s.name for specs in both for s in specs.get(n.name, [])))
         for n in cfg.nodes
     }
 
@@ -231,11 +236,10 @@ def find_drift(
     live: dict[str, NodeLive],
     last_outputs: dict[str, Any] | None = None,
 ) -> list[Drift]:
-    """Every difference between the config (and, when given, the outputs of the last
-    `up`) and what the nodes reported."""
+    """Every difference between the config of a stack that serves one model (and, when
+    given, the outputs of the last `up`) and what the nodes reported."""
     drifts: list[Drift] = []
     head = live.get(cfg.head, NodeLive(error="not read"))
-    ref = cfg.image.ref
     drifts += _image_identity_drift(cfg, stack, head, last_outputs or {})
     launcher = deployed_launcher(cfg, stack, last_outputs or {}, head)
     expected = expected_containers(cfg, stack, launcher)
@@ -244,62 +248,117 @@ def find_drift(
         if got.error:
             drifts.append(Drift(node.name, "unreachable", f"{got.error}; fix: check the node"))
             continue
-        if not got.image_id:
-            drifts.append(
-                Drift(
-                    node.name,
-                    "image missing",
-                    f"{ref} is not on the node; fix: {image_fix(cfg, stack, node.name)}",
-                )
-            )
-        elif head.fingerprint and got.fingerprint != head.fingerprint:
-            drifts.append(
-                Drift(
-                    node.name,
-                    "image replaced",
-                    f"{ref} differs from the head's (fingerprint {got.fingerprint[:12]} vs "
-                    f"{head.fingerprint[:12]}); fix: {image_fix(cfg, stack, node.name)}",
-                )
-            )
+        drifts += _node_image_drift(cfg, stack, node.name, got, head)
         drifts += _weights_drift(cfg, stack, node.name, got, head)
-        for spec in expected[node.name]:
-            c = got.containers.get(spec.name)
-            want = spec.labels[SPEC_LABEL]
-            if c is None:
-                drifts.append(
-                    Drift(node.name, "container missing", f"{spec.name} is gone; fix: {RUN_UP}")
-                )
-            elif c.status != "running":
-                why = f"exit code {c.exit_code}"
-                why += f", restarted {c.restarts} time(s)" if c.restarts else ""
-                why += ", killed for lack of memory (OOM)" if c.oom_killed else ""
-                log = f"; last log: {c.last_log}" if c.last_log else ""
-                drifts.append(
-                    Drift(
-                        node.name,
-                        "container not running",
-                        f"{spec.name} is {c.status} ({why}){log}; fix: {RUN_UP}",
-                    )
-                )
-            elif c.spec != want:
-                drifts.append(
-                    Drift(
-                        node.name,
-                        "config not applied",
-                        f"{spec.name} runs spec {c.spec}, the config wants {want}; fix: {RUN_UP}",
-                    )
-                )
-            elif got.image_id and c.image != got.image_id:
-                drifts.append(
-                    Drift(
-                        node.name,
-                        "container on an old image",
-                        f"{spec.name} runs {c.image[:19]}, the node's {ref} is "
-                        f"{got.image_id[:19]}; fix: {RUN_UP}",
-                    )
-                )
+        drifts += _containers_drift(cfg.image.ref, node.name, expected[node.name], got)
     drifts += _ray_drift(cfg, head)
     drifts += _server_drift(cfg, head)
+    return drifts
+
+
+def find_set_drift(
+    cfg: StackConfig,
+    stack: str,
+    lives: dict[str, dict[str, NodeLive]],
+    last_outputs: dict[str, Any] | None = None,
+) -> list[Drift]:
+    """find_drift for a stack that serves a set of models: the image once for every node,
+    then each model's parts (read as its one-model view; `lives`: model label -> what its
+    nodes reported), each finding naming its model. In a set, `auto` runs native."""
+    merged: dict[str, NodeLive] = {}
+    for live in lives.values():
+        for name, got in live.items():
+            if name not in merged or merged[name].error:
+                merged[name] = got
+    head = merged.get(cfg.head, NodeLive(error="not read"))
+    drifts = _image_identity_drift(cfg, stack, head, last_outputs or {})
+    for node in cfg.nodes:
+        got = merged.get(node.name, NodeLive(error="not read"))
+        if got.error:
+            drifts.append(Drift(node.name, "unreachable", f"{got.error}; fix: check the node"))
+        else:
+            drifts += _node_image_drift(cfg, stack, node.name, got, head)
+    for m in cfg.served:
+        view, label = cfg.for_model(m), model_label(m)
+        live = lives.get(label, {})
+        model_head = live.get(view.head, NodeLive(error="not read"))
+        launcher = RAY if m.parallelism.launcher == RAY else NATIVE
+        expected = expected_containers(view, stack, launcher)
+        found: list[Drift] = []
+        for node in view.nodes:
+            got = live.get(node.name, NodeLive(error="not read"))
+            if got.error:
+                continue  # said once above
+            found += _weights_drift(view, stack, node.name, got, model_head)
+            found += _containers_drift(cfg.image.ref, node.name, expected[node.name], got)
+        found += _ray_drift(view, model_head)
+        found += _server_drift(view, model_head)
+        drifts += [Drift(d.node, f"model {label}: {d.what}", d.detail) for d in found]
+    return drifts
+
+
+def _node_image_drift(
+    cfg: StackConfig, stack: str, node: str, got: NodeLive, head: NodeLive
+) -> list[Drift]:
+    ref = cfg.image.ref
+    if not got.image_id:
+        return [
+            Drift(
+                node,
+                "image missing",
+                f"{ref} is not on the node; fix: {image_fix(cfg, stack, node)}",
+            )
+        ]
+    if head.fingerprint and got.fingerprint != head.fingerprint:
+        return [
+            Drift(
+                node,
+                "image replaced",
+                f"{ref} differs from the head's (fingerprint {got.fingerprint[:12]} vs "
+                f"{head.fingerprint[:12]}); fix: {image_fix(cfg, stack, node)}",
+            )
+        ]
+    return []
+
+
+def _containers_drift(
+    ref: str, node: str, expected: list[ContainerSpec], got: NodeLive
+) -> list[Drift]:
+    drifts = []
+    for spec in expected:
+        c = got.containers.get(spec.name)
+        want = spec.labels[SPEC_LABEL]
+        if c is None:
+            drifts.append(Drift(node, "container missing", f"{spec.name} is gone; fix: {RUN_UP}"))
+        elif c.status != "running":
+            why = f"exit code {c.exit_code}"
+            why += f", restarted {c.restarts} time(s)" if c.restarts else ""
+            why += ", killed for lack of memory (OOM)" if c.oom_killed else ""
+            log = f"; last log: {c.last_log}" if c.last_log else ""
+            drifts.append(
+                Drift(
+                    node,
+                    "container not running",
+                    f"{spec.name} is {c.status} ({why}){log}; fix: {RUN_UP}",
+                )
+            )
+        elif c.spec != want:
+            drifts.append(
+                Drift(
+                    node,
+                    "config not applied",
+                    f"{spec.name} runs spec {c.spec}, the config wants {want}; fix: {RUN_UP}",
+                )
+            )
+        elif got.image_id and c.image != got.image_id:
+            drifts.append(
+                Drift(
+                    node,
+                    "container on an old image",
+                    f"{spec.name} runs {c.image[:19]}, the node's {ref} is "
+                    f"{got.image_id[:19]}; fix: {RUN_UP}",
+                )
+            )
     return drifts
 
 

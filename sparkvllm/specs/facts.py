@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sparkvllm import scripts
 from sparkvllm.config import SECRET_FIELDS, NodeConfig, StackConfig
+from sparkvllm.config.stack import model_nodes
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.output import key_values
 
@@ -27,10 +28,17 @@ def facts_script(cfg: StackConfig, node: NodeConfig) -> scripts.Rendered:
     return scripts.render(
         "facts",
         NETDEV=node.cluster_link.netdev,
-        HF_CACHE=cfg.model.hf_cache,
+        HF_CACHE=_hf_cache(cfg, node),
         HOST_NCCL_GLOBS=list(HOST_NCCL_GLOBS),
         NCCL_PATH=cfg.host_nccl or "",
     )
+
+
+def _hf_cache(cfg: StackConfig, node: NodeConfig) -> str:
+    """The HF cache whose free space the facts report: the first model's placed on the
+    node (else the first model's)."""
+    placed = [m for m in cfg.served if node in model_nodes(cfg, m)]
+    return (placed or list(cfg.served))[0].hf_cache
 
 
 def facts_command(cfg: StackConfig, node: NodeConfig) -> str:
@@ -268,7 +276,13 @@ def public_config(cfg: StackConfig) -> str:
     state (pickled with the provider). Plain text, so the pickle is the same bytes on
     every run and whatever the hash seed, and an old state does not depend on the layout
     of the config classes (docs/provider-contract.md)."""
-    return json.dumps(cfg.model_dump(mode="json", exclude=SECRET_FIELDS), sort_keys=True)
+    # Keys as the stack file writes them (`model`, not the field's name); the form not
+    # used is left out, so a single-model stack's text is what it was before `models`.
+    unused = (
+        {"models"} if cfg.single_form else {"single_model", "single_parallelism", "single_vllm"}
+    )
+    data = cfg.model_dump(mode="json", by_alias=True, exclude=SECRET_FIELDS | unused)
+    return json.dumps(data, sort_keys=True)
 
 
 # In place of a secret key the judge never needs (the schema wants one to be named).

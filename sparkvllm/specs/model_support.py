@@ -14,6 +14,7 @@ from sparkvllm.probes import script
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.environment import HF_HOME
 from sparkvllm.specs.output import last_json
+from sparkvllm.specs.scope import scoped
 
 # Architectures whose first supporting vLLM release we know (for the error message).
 SUPPORTED_SINCE = {
@@ -32,7 +33,7 @@ def model_support(cfg: StackConfig) -> CommandSpec:
         + " ".join(shlex.quote(a) for a in args)
     )
     return CommandSpec(
-        name=f"image-support-{cfg.head}",
+        name=scoped(cfg, f"image-support-{cfg.head}"),
         node=cfg.head,
         create=create,
         stdin=script("vllm_support"),

@@ -26,6 +26,7 @@ from sparkvllm.specs import (
 )
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
+from sparkvllm.specs.scope import scoped
 from sparkvllm.specs.ssh import Reach, url_host
 
 # The component that holds every part (components/cluster.py).
@@ -46,9 +47,9 @@ class NodePlan:
     links_check: Callable[[str], None]
     # (facts stdout, links stdout) -> (facts output, warnings), once both checks passed.
     verdict: Callable[[str, str], tuple[dict[str, object], list[str]]]
-    # The head's: can it download the model (None elsewhere, or offline)? It fails on the
-    # node with the fix; its stdin is the hf_token (from `token_file`) when the stack has one.
-    hub: CommandSpec | None = None
+    # Can the node download each model whose rank 0 it is (none for an offline model)? It
+    # fails on the node with the fix; its stdin is the hf_token (from `token_file`).
+    hubs: tuple[CommandSpec, ...] = ()
     token_file: str | None = None
 
 
@@ -78,10 +79,14 @@ class ImagePlan:
     # config pins the digest that image carries (commands.image_name).
     run_name: CommandSpec
     run_name_kept_for: str | None
-    support: CommandSpec
+    # Does the image implement the model without a name (None: every model has one; each
+    # named model's check is its weights' plan's)? Run on `support_node`, that model's
+    # rank 0; where that is the head, nothing is streamed before it passed.
+    support: CommandSpec | None
+    support_node: str
     support_triggers: tuple[str, ...]
     # stdout of the support probe -> its summary; raises ModelSupportError.
-    support_verdict: Callable[[str], dict[str, Any]]
+    support_verdict: Callable[[str], dict[str, Any]] | None
     # The transfer to two or more workers that lack the image (whole, or an update's new
     # layers), relayed hop by hop (None: one worker).
     relay: CommandSpec | None
@@ -103,6 +108,10 @@ class WeightsPlan:
     triggers: tuple[str, ...]
     # The workstation file the downloads read the hf_token from (the secret stays there).
     token_file: str | None = None
+    # A named model's own check that the image implements it, on its rank 0 before its
+    # downloads (the model without a name has it in the image's plan).
+    support: CommandSpec | None = None
+    support_verdict: Callable[[str], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +175,11 @@ def node(
         facts_check=partial(facts.facts_check, public, n.name),
         links_check=partial(facts.links_check, public, n.name),
         verdict=partial(facts.verdict, cfg, n),
-        hub=weights.hub_access(cfg) if n.name == cfg.head else None,
+        hubs=tuple(
+            hub
+            for view in map(cfg.for_model, cfg.served)
+            if view.head == n.name and (hub := weights.hub_access(view)) is not None
+        ),
         token_file=token_file,
     )
 
@@ -185,6 +198,7 @@ def links(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> LinksPlan:
 
 def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
     img = cfg.image
+    unnamed = next((cfg.for_model(m) for m in cfg.served if m.name is None), None)
     return ImagePlan(
         name="image",
         ref=img.local_ref,
@@ -193,9 +207,10 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
         obtain_triggers=(img.ref, img.source, img.tarball or ""),
         run_name=commands.image_name(cfg),
         run_name_kept_for=commands.name_kept_for(cfg),
-        support=model_support.model_support(cfg),
-        support_triggers=(cfg.model.id, cfg.model.revision),
-        support_verdict=partial(model_support.support_verdict, cfg),
+        support=model_support.model_support(unnamed) if unnamed else None,
+        support_node=unnamed.head if unnamed else cfg.head,
+        support_triggers=(unnamed.model.id, unnamed.model.revision) if unnamed else (),
+        support_verdict=partial(model_support.support_verdict, unnamed) if unnamed else None,
         # The relay's hops all authenticate with one key (the head's agent forwards it):
         # the stack-wide one, so not when a worker has a key of its own.
         relay=commands.image_relay(cfg, cfg.worker_nodes, host_keys)
@@ -206,7 +221,8 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
         },
         versions={n.name: versions.image_versions(cfg, n) for n in cfg.nodes},
         ray=versions.image_ray(cfg),
-        decide_launcher=cfg.parallelism.launcher == "auto",
+        # Only a model alone is decided from the image (in a set, auto is native).
+        decide_launcher=len(cfg.served) == 1 and cfg.served[0].parallelism.launcher == "auto",
         agreed_versions=partial(versions.agreed_versions, cfg),
     )
 
@@ -214,16 +230,20 @@ def image(cfg: StackConfig, host_keys: Mapping[str, str | None]) -> ImagePlan:
 def model_weights(
     cfg: StackConfig, host_keys: Mapping[str, str | None], token_file: str | None = None
 ) -> WeightsPlan:
+    """The weights of the model `cfg` serves (a one-model view: StackConfig.for_model)."""
     each = cfg.model.distribution == "download_on_each_node"
     downloaders = cfg.nodes if each else [cfg.head_node]
     copied = [] if each else cfg.worker_nodes
+    named = cfg.model.name is not None
     return WeightsPlan(
-        name="model",
+        name=scoped(cfg, "model"),
         head=cfg.head,
         downloads={n.name: weights.weights_download(cfg, n) for n in downloaders},
         copies={n.name: weights.weights_sync(cfg, n, host_keys.get(n.name)) for n in copied},
         triggers=(cfg.model.id, cfg.model.revision),
         token_file=token_file,
+        support=model_support.model_support(cfg) if named else None,
+        support_verdict=partial(model_support.support_verdict, cfg) if named else None,
     )
 
 
@@ -244,7 +264,9 @@ def ray_worker(cfg: StackConfig, stack: str, n: NodeConfig) -> RayWorkerPlan:
     )
 
 
-def launcher(cfg: StackConfig, image_ray: str | None = None) -> tuple[str, str]:
+def launcher(
+    cfg: StackConfig, image_ray: str | None = None, *, several: bool = False
+) -> tuple[str, str]:
     """(ray | native, why). `image_ray`: the Ray version the image holds on the head (""
     for none; None: not read yet, which only a preview of a new stack or image sees: it
     shows `native`, saying why). A new ref that names the image the stack read (a pin of
@@ -253,6 +275,12 @@ def launcher(cfg: StackConfig, image_ray: str | None = None) -> tuple[str, str]:
     chosen = cfg.parallelism.launcher
     if chosen != "auto":
         return chosen, f"parallelism.launcher: {chosen}"
+    if several:
+        return containers.NATIVE, (
+            "parallelism.launcher: auto in a set of models: native, the launcher every vLLM "
+            "image has (Ray serves at most one model of a set, named with launcher: ray; "
+            "docs/models.md)"
+        )
     ref = cfg.image.ref
     if image_ray is None:
         return containers.NATIVE, (
@@ -269,7 +297,9 @@ def launcher(cfg: StackConfig, image_ray: str | None = None) -> tuple[str, str]:
 def vllm_rank(cfg: StackConfig, stack: str, n: NodeConfig) -> RankPlan:
     rank = containers.vllm_rank(cfg, stack, n)
     return RankPlan(
-        name=f"rank-{n.name}", container=rank, guard=commands.rank_guard(cfg, n, rank.name)
+        name=scoped(cfg, f"rank-{n.name}"),
+        container=rank,
+        guard=commands.rank_guard(cfg, n, rank.name),
     )
 
 
@@ -278,11 +308,11 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = containers.RAY) -
     host = cfg.endpoint_host or cfg.head_node.ssh.host
     ray = launcher == containers.RAY
     return ServerPlan(
-        name="model-server",
+        name=scoped(cfg, "model-server"),
         container=server,
         ray_ready=commands.ray_ready(cfg, containers.ray_head(cfg, stack).name) if ray else None,
         guard=commands.server_guard(cfg, server.name, launcher),
-        drop_caches=tuple(commands.drop_page_cache(n) for n in cfg.nodes)
+        drop_caches=tuple(commands.drop_page_cache(cfg, n) for n in cfg.nodes)
         if cfg.drop_page_cache
         else (),
         ready=commands.server_ready(cfg, server.name),

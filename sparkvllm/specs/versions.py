@@ -63,7 +63,8 @@ def agreed_versions(cfg: StackConfig, stdout_by_node: Mapping[str, str]) -> dict
         if not report:
             problems.append(f"{node}: the version probe printed nothing usable")
             continue
-        needed = ("ray", "vllm") if cfg.parallelism.launcher == "ray" else ("vllm",)
+        ray = any(m.parallelism.launcher == "ray" for m in cfg.served)
+        needed = ("ray", "vllm") if ray else ("vllm",)
         for package in needed:
             if not report.get(package):
                 problems.append(f"{node}: image {cfg.image.ref} has no {package} installed")

@@ -12,6 +12,7 @@ from sparkvllm import scripts
 from sparkvllm.config import HUB_ENDPOINT, NodeConfig, StackConfig
 from sparkvllm.specs.commands import MAX_STREAMS, CommandSpec, peer_env, peer_values
 from sparkvllm.specs.environment import HF_HOME
+from sparkvllm.specs.scope import scoped
 
 # The suffix of a blob whose copy is in progress (scripts/lib/weights.sh).
 PART = ".sparkvllm-part"
@@ -45,7 +46,7 @@ def hub_access(cfg: StackConfig) -> CommandSpec | None:
         PROBE=scripts.Probe("hub_access"),
     )
     return CommandSpec(
-        name=f"{cfg.head}-hub-access", node=cfg.head, create=check.text,
+        name=scoped(cfg, f"{cfg.head}-hub-access"), node=cfg.head, create=check.text,
         stdin_secret="hf_token", timeout_s=120, defines=check.identity,
     )  # fmt: skip
 
@@ -112,7 +113,7 @@ def weights_download(cfg: StackConfig, node: NodeConfig) -> CommandSpec:
     )
     read = _read(cfg)
     return CommandSpec(
-        name=f"model-download-{node.name}", node=node.name, create=download.text,
+        name=scoped(cfg, f"model-download-{node.name}"), node=node.name, create=download.text,
         timeout_s=6 * 3600, stdin_secret=None if m.offline else "hf_token",
         read=read.text, state_key="manifest", defines=download.identity, reads=read.identity,
     )  # fmt: skip
@@ -153,7 +154,7 @@ def weights_sync(cfg: StackConfig, target: NodeConfig, host_key: str | None) -> 
     )
     read = _read(cfg)
     return CommandSpec(
-        name=f"model-sync-{target.name}",
+        name=scoped(cfg, f"model-sync-{target.name}"),
         node=cfg.head,
         create=sync.text,
         stdin_secret="ssh_private_key",

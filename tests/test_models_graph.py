@@ -1,0 +1,89 @@
+"""A set of models under Pulumi's mock runtime: each model's parts named for it (no URN or
+container name shared), one image for all, each model's weights and ranks on its own
+nodes, models that share a node started one after another, and the outputs per model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.workstation import prepare_ssh_access
+from tests.conftest import ROOT
+from tests.pulumi_mocks import Run, run_program
+from tests.test_models_config import two_models
+
+CONTAINER = "docker:index/container:Container"
+
+
+@pytest.fixture
+def set_run(spark_raw: dict[str, Any]) -> tuple[StackConfig, Run]:
+    cfg = load_stack_config(two_models(spark_raw))
+    return cfg, run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+
+
+def test_each_model_has_its_own_parts(set_run: tuple[StackConfig, Run]) -> None:
+    _, run = set_run
+    containers = {r.name: r for r in run.of_type(CONTAINER)}
+    # The model without a name keeps a single-model stack's parts; the coder's carry its
+    # name, on its one node, with its own port.
+    assert {"model-server-container", "rank-spark-2-container",
+            "coder-model-server-container"} <= set(containers)  # fmt: skip
+    coder = containers["coder-model-server-container"]
+    assert coder.plain("name") == "sparkvllm-test-coder-model-server"
+    assert "--port=8001" in coder.plain("command")[0]
+    assert "--tensor-parallel-size=1" in coder.plain("command")[0]
+    assert "--nnodes=1" in coder.plain("command")[0]
+    assert "--master-port=29502" in coder.plain("command")[0]
+    assert "spark-2" in coder.provider
+    assert not any(r.name.startswith("coder-rank-") for r in run.of_type(CONTAINER))
+    names = [c.plain("name") for c in containers.values()]
+    assert len(names) == len(set(names))
+
+
+def test_one_image_for_every_model(set_run: tuple[StackConfig, Run]) -> None:
+    _, run = set_run
+    names = {r.name for r in run.registrations.values()}
+    assert {"image-obtain-spark-1", "image-sync-spark-2", "image-support-spark-1"} <= names
+    assert not any(n.startswith("coder-image-obtain") or n.startswith("coder-image-sync")
+                   for n in names)  # fmt: skip
+    # The coder's own check that the image implements it, on its rank 0, before its weights.
+    assert run.depends("coder-model-download-spark-2", "coder-image-support-spark-2")
+    assert run.depends("coder-image-support-spark-2", "image-sync-spark-2")
+
+
+def test_each_model_downloads_on_its_own_first_node(set_run: tuple[StackConfig, Run]) -> None:
+    _, run = set_run
+    names = {r.name for r in run.registrations.values()}
+    assert {"model-download-spark-1", "model-sync-spark-2", "spark-1-hub-access"} <= names
+    assert {"coder-model-download-spark-2", "coder-spark-2-hub-access"} <= names
+    assert "coder-model-download-spark-1" not in names
+
+
+def test_models_that_share_a_node_start_one_after_another(
+    set_run: tuple[StackConfig, Run],
+) -> None:
+    """The coder shares spark-2 with the first model's rank: it starts once that model
+    answers (never two vLLM start-up profilings on one GB10 at once)."""
+    _, run = set_run
+    assert run.depends("coder-model-server-container", "model-server-health")
+    assert not run.depends("model-server-container", "coder-model-server-health")
+
+
+def test_the_outputs_name_each_model(set_run: tuple[StackConfig, Run]) -> None:
+    _, run = set_run
+    models = run.outputs["models"]
+    assert set(models) == {"qwen3.5-122b", "coder"}
+    assert models["coder"]["endpoint"] == "http://10.1.230.181:8001/v1"
+    assert models["coder"]["served_name"] == "coder"
+    assert models["coder"]["launcher"]["name"] == "native"
+    assert models["qwen3.5-122b"]["endpoint"] == "http://10.1.230.180:8000/v1"
+    assert models["coder"]["health"]["ready"] is True
+    assert models["coder"]["model"]["id"] == "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+
+
+def test_a_single_model_stack_has_no_models_output(spark_raw: dict[str, Any]) -> None:
+    cfg = load_stack_config(spark_raw)
+    run = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+    assert "models" not in run.outputs

@@ -20,6 +20,7 @@ from typing import Any
 
 import pulumi
 
+from components.adapters import gated
 from components.cluster_link import ClusterLinks, ClusterLinksArgs
 from components.gb10_node import GB10Node, GB10NodeArgs
 from components.model_server import ModelServer, ModelServerArgs
@@ -30,6 +31,7 @@ from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, versions
+from sparkvllm.specs.memory import checked as memory_checked
 from sparkvllm.workstation import SshAccess, workstation_versions
 
 
@@ -64,18 +66,32 @@ def deploy(
     image_plan = plans.image(cfg, access.host_keys)
     image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes, links.measured), top)
 
-    # Each model's parts, in the config's order: a model's server starts once the servers
-    # of the earlier models that share a node with it answer (one start-up profiling at a
-    # time on a node).
-    served: dict[str, dict[str, Any]] = {}
-    started: dict[str, list[pulumi.Resource | pulumi.Output[Any]]] = {n.name: [] for n in cfg.nodes}
+    weights = {}
     for m in cfg.served:
         view = cfg.for_model(m)
         weights_plan = plans.model_weights(view, access.host_keys, access.hf_token_ref)
-        weights = ModelWeights(weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top)
-        after = [ready for n in view.nodes for ready in started[n.name]]
-        several = len(cfg.served) > 1
-        serving = _model(view, several, stack, nodes, image, weights, api_key, after, top)
+        weights[model_label(m)] = ModelWeights(
+            weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top
+        )
+    # The memory plan: each model's budget, weights and KV cache on each of its nodes, from
+    # the nodes' facts and the weights' sizes; no server starts while a model's weights
+    # leave it no room (sparkvllm/specs/memory.py).
+    memory = pulumi.Output.all(
+        {n: node.facts.apply(_total_gib) for n, node in nodes.items()},
+        {label: w.size for label, w in weights.items()},
+    ).apply(lambda figures: memory_checked(cfg, *figures))
+
+    # Each model's serving part, in the config's order: a model's server starts once the
+    # servers of the earlier models that share a node with it answer (one start-up
+    # profiling at a time on a node).
+    served: dict[str, dict[str, Any]] = {}
+    started: dict[str, list[pulumi.Resource | pulumi.Output[Any]]] = {n.name: [] for n in cfg.nodes}
+    several = len(cfg.served) > 1
+    for m in cfg.served:
+        view, own = cfg.for_model(m), weights[model_label(m)]
+        after: list[pulumi.Resource | pulumi.Output[Any]] = [gated(memory, own.head_step)]
+        after += [ready for n in view.nodes for ready in started[n.name]]
+        serving = _model(view, several, stack, nodes, image, own, api_key, after, top)
         for n in view.nodes:
             started[n.name].append(serving["ready"])
         served[model_label(m)] = {
@@ -83,8 +99,8 @@ def deploy(
             "model": {
                 "id": m.id,
                 "revision": m.revision,
-                "support": weights.support,
-                "weights_manifest": weights.manifest,
+                "support": own.support,
+                "weights_manifest": own.manifest,
             },
         }
     first = next(iter(served.values()))
@@ -108,6 +124,7 @@ def deploy(
             image.versions, {n: node.facts for n, node in nodes.items()}, first["health"]
         ).apply(lambda v: _nccl(cfg.nccl.library, *v)),
         "ray_client": image.versions.apply(_ray_client),
+        "memory": memory,
     }
     if not cfg.single_form:
         outputs["models"] = {
@@ -151,6 +168,11 @@ def _model(
     # serving part (and says which it assumed), rather than none.
     decided = image.head_ray.apply(decide, run_with_unknowns=True)
     return {k: decided.apply(partial(_pick, k)) for k in _SERVING}
+
+
+def _total_gib(facts: dict[str, object]) -> float:
+    total = facts.get("mem_total_gib")
+    return float(total) if isinstance(total, (int, float)) else 0.0
 
 
 def _nccl(

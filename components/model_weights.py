@@ -81,7 +81,15 @@ class ModelWeights(pulumi.ComponentResource):
             }
         )
         self.manifest = manifests.apply(lambda m: same_on_every_node(m, "model weights differ"))
+        # The weights' size as the first node's download found them (0: not said).
+        self.size: pulumi.Output[int] = steps[plan.head].stdout.apply(_size)
+        self.head_step = steps[plan.head]
         # The server waits on every step, each resolved once the manifests agree.
         self.checked = [gated(self.manifest, step) for step in steps.values()]
         named = {"support": self.support} if plan.support is not None else {}
         self.register_outputs({"manifest": self.manifest, **named})
+
+
+def _size(stdout: str) -> int:
+    said = key_values(stdout).get("bytes", "")
+    return int(said) if said.isdigit() else 0

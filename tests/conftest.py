@@ -187,6 +187,7 @@ SIM_ORDER = (
     "tests/test_sim_link.py",
     "tests/test_sim_failfast.py",
     "tests/test_sim_vllm_parser.py",
+    "tests/test_sim_models.py",
     "",  # any other
     "tests/test_sim_native.py",
     "tests/test_sim_engine.py",

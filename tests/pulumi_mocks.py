@@ -26,6 +26,7 @@ from localengine.wire import SECRET_SIG
 from localengine.wire import SIG_KEY as SECRET_SIG_KEY
 from localengine.wire import plain as unwrap_secrets
 from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config.stack import model_label
 from sparkvllm.workstation import SshAccess
 
 
@@ -222,6 +223,8 @@ class NodeAnswers(pulumi.runtime.Mocks):
     versions: Callable[[str], dict[str, str]] = lambda node: dict(IMAGE_VERSIONS)
     # The registry digest the head's image carries (it was pulled from a registry).
     repo_digest: str = "sha256:" + "d" * 64
+    # model label -> the size of its weights the download prints (default 8 GiB).
+    weights_bytes: dict[str, int] = field(default_factory=dict)
 
     def stdout_for(self, name: str) -> str:
         if name in self.overrides:
@@ -276,7 +279,11 @@ class NodeAnswers(pulumi.runtime.Mocks):
                     },
                 }
             )
-        if name.startswith(("model-download-", "model-sync-")):
+        if name.startswith("model-download-"):
+            size = self.weights_bytes.get(model_label(cfg.model), 8 * 2**30)
+            manifest = self.manifest(name.rsplit("-", 2)[-2:])
+            return f"transferred=1\nmanifest={manifest}\nbytes={size}\n"
+        if name.startswith("model-sync-"):
             return f"transferred=1\nmanifest={self.manifest(name.rsplit('-', 2)[-2:])}\n"
         if name == "model-server-ray-ready":
             nodes = [

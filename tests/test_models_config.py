@@ -277,3 +277,52 @@ def test_a_set_that_fits_each_node_is_accepted(models_raw: Raw) -> None:
     """0.6 + 0.25 on spark-2 (0.85) and 0.6 alone on spark-1: within 0.9."""
     cfg = load_stack_config(models_raw)
     assert [m.vllm.gpu_memory_utilization for m in cfg.served] == [0.6, 0.25]
+
+
+# --- the memory plan with figures (sparkvllm/specs/memory.py) ---------------------------
+
+GB10_GIB = 119.7  # what a GB10's MemTotal reads (unified memory, less the firmware's)
+
+
+def test_the_plan_gives_each_model_its_budget_weights_and_kv(models_raw: Raw) -> None:
+    from sparkvllm.specs.memory import memory_plan, problems
+
+    cfg = load_stack_config(models_raw)
+    sizes = {"qwen3.5-122b": 125 * 2**30, "coder": 31 * 2**30}
+    plan = memory_plan(cfg, {"spark-1": GB10_GIB, "spark-2": GB10_GIB}, sizes)
+    spark1, spark2 = (n.as_output() for n in plan)
+    # TP=2: each node holds half the big model's weights; the coder (TP=1) all of its own.
+    assert spark1["models"] == {
+        "qwen3.5-122b": {"fraction": 0.6, "budget_gib": 71.8, "weights_gib": 62.5,
+                         "kv_gib": 9.3},
+    }  # fmt: skip
+    assert spark2["models"] == {
+        "qwen3.5-122b": {"fraction": 0.6, "budget_gib": 71.8, "weights_gib": 62.5,
+                         "kv_gib": 9.3},
+        "coder": {"fraction": 0.25, "budget_gib": 29.9, "weights_gib": 31.0, "kv_gib": -1.1},
+    }  # fmt: skip
+    assert spark1["reserve_gib"] == 47.9 and spark2["reserve_gib"] == 18.0
+    (line,) = problems(plan)
+    assert line.startswith("memory plan: spark-2: model coder's weights take 31.0 GiB of its "
+                           "29.9 GiB budget (0.25 of 119.7 GiB), leaving 0.0 GiB")  # fmt: skip
+    assert "fix: raise its vllm.gpu_memory_utilization" in line
+
+
+def test_the_plan_says_nothing_it_does_not_know(models_raw: Raw) -> None:
+    """Before the facts and the weights are read (a preview of a new stack): fractions only."""
+    from sparkvllm.specs.memory import memory_plan, problems
+
+    plan = memory_plan(load_stack_config(models_raw), {}, {})
+    assert problems(plan) == []
+    out: dict[str, Any] = plan[1].as_output()
+    assert out["total_gib"] is None and out["reserve_gib"] is None
+    assert out["models"]["coder"] == {"fraction": 0.25, "budget_gib": None,
+                                      "weights_gib": None, "kv_gib": None}  # fmt: skip
+
+
+def test_a_model_that_fits_is_no_problem(models_raw: Raw) -> None:
+    from sparkvllm.specs.memory import memory_plan, problems
+
+    cfg = load_stack_config(models_raw)
+    sizes = {"qwen3.5-122b": 125 * 2**30, "coder": 8 * 2**30}
+    assert problems(memory_plan(cfg, {"spark-1": GB10_GIB, "spark-2": GB10_GIB}, sizes)) == []

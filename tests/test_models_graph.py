@@ -87,3 +87,43 @@ def test_a_single_model_stack_has_no_models_output(spark_raw: dict[str, Any]) ->
     cfg = load_stack_config(spark_raw)
     run = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
     assert "models" not in run.outputs
+
+
+def test_the_example_set_of_models_deploys_under_mocks() -> None:
+    """Pulumi.spark-models.yaml: the seed's Qwen on Ray across both Sparks, a small model on
+    spark-2 alone (mocks only: nothing here reaches its example addresses)."""
+    from tests.conftest import TEST_PRIVATE_KEY, stack_file
+
+    raw = stack_file("spark-models")
+    raw["ssh_private_key"] = TEST_PRIVATE_KEY
+    cfg = load_stack_config(raw)
+    run = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+    names = {r.name for r in run.of_type(CONTAINER)}
+    assert {"ray-head-container", "ray-worker-spark-2-container", "model-server-container",
+            "small-model-server-container"} <= names  # fmt: skip
+    assert run.outputs["models"]["small"]["launcher"]["name"] == "native"
+    assert run.outputs["models"]["qwen3.5-122b"]["launcher"]["name"] == "ray"
+    assert run.depends("small-model-server-container", "model-server-health")
+
+
+def test_the_memory_plan_is_an_output(set_run: tuple[StackConfig, Run]) -> None:
+    """The mocks' nodes have 122.5 GiB (MemTotal 128452096 kB); each model's weights 8 GiB."""
+    _, run = set_run
+    spark2 = run.outputs["memory"]["spark-2"]
+    assert spark2["total_gib"] == 122.5 and spark2["reserve_gib"] == 18.4
+    assert spark2["models"]["coder"] == {
+        "fraction": 0.25, "budget_gib": 30.6, "weights_gib": 8.0, "kv_gib": 22.6,
+    }  # fmt: skip
+    assert spark2["models"]["qwen3.5-122b"]["weights_gib"] == 4.0  # TP=2: half on each
+
+
+def test_no_server_starts_while_a_models_weights_leave_it_no_room(
+    spark_raw: dict[str, Any],
+) -> None:
+    from tests.pulumi_mocks import NodeAnswers
+
+    cfg = load_stack_config(two_models(spark_raw))
+    answers = NodeAnswers(cfg, weights_bytes={"coder": 31 * 2**30})
+    with pytest.raises(Exception, match=r"memory plan: spark-2: model coder's weights take "
+                       r"31\.0 GiB of its 30\.6 GiB budget"):  # fmt: skip
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)

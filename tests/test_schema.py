@@ -17,7 +17,7 @@ def test_committed_schema_is_current() -> None:
     assert SCHEMA_FILE.read_text() == render(), "run: python -m sparkvllm.schema"
 
 
-@pytest.mark.parametrize("stack", ["spark", "sim"])
+@pytest.mark.parametrize("stack", ["spark", "sim", "spark-models"])
 def test_stack_file_validates(stack: str) -> None:
     path = ROOT / f"Pulumi.{stack}.yaml"
     if not path.exists():

@@ -15,9 +15,16 @@ Example:
 
 from __future__ import annotations
 
+from sparkvllm.config.errors import SECRET_FIELDS, STRUCTURED_SECRETS, ConfigError, Issue
+from sparkvllm.config.image import ImageConfig
+from sparkvllm.config.loading import json_schema, load_stack_config, parse_pulumi_config
+from sparkvllm.config.model import ModelConfig, ParallelismConfig, VllmConfig
+from sparkvllm.config.nodes import ClusterLinkConfig, JumpConfig, NodeConfig, SshConfig
+from sparkvllm.config.ports import RAY_OWN_PORTS, PortsConfig, ray_port_owner
+
 # One module per topic; this is the one way in (and the import path old states' pickles
 # name: docs/provider-contract.md).
-from sparkvllm.config.environment import (
+from sparkvllm.config.program_env import (
     HOST_NCCL_ENV,
     HOST_NCCL_IN_CONTAINER,
     PROGRAM_VARIABLES,
@@ -25,12 +32,6 @@ from sparkvllm.config.environment import (
     NcclConfig,
     ProgramVariable,
 )
-from sparkvllm.config.errors import SECRET_FIELDS, STRUCTURED_SECRETS, ConfigError, Issue
-from sparkvllm.config.image import ImageConfig
-from sparkvllm.config.loading import json_schema, load_stack_config, parse_pulumi_config
-from sparkvllm.config.model import ModelConfig, ParallelismConfig, VllmConfig
-from sparkvllm.config.nodes import ClusterLinkConfig, JumpConfig, NodeConfig, SshConfig
-from sparkvllm.config.ports import RAY_OWN_PORTS, PortsConfig, ray_port_owner
 from sparkvllm.config.stack import StackConfig, TimeoutsConfig
 from sparkvllm.config.values import (
     HUB_ENDPOINT,

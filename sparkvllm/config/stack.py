@@ -15,12 +15,12 @@ from pydantic import (
     model_validator,
 )
 
-from sparkvllm.config.environment import HOST_NCCL_ENV, RESERVED_ENV, NcclConfig
 from sparkvllm.config.errors import ConfigError, Issue
 from sparkvllm.config.image import ImageConfig
 from sparkvllm.config.model import ModelConfig, ParallelismConfig, ServedModel, VllmConfig
 from sparkvllm.config.nodes import JumpConfig, NodeConfig
 from sparkvllm.config.ports import PortsConfig, ray_port_owner
+from sparkvllm.config.program_env import HOST_NCCL_ENV, RESERVED_ENV, NcclConfig
 from sparkvllm.config.values import (
     _BEARER_FIX,
     MAX_UNIFIED_MEMORY_UTILIZATION,

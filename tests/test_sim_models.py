@@ -1,0 +1,145 @@
+"""A set of models on the SIMULATED cluster (docs/models.md): a second model added to the
+live stack (TP=1 on spark-2 alone, native, its own ports) by one `up` while the first keeps
+answering (0 failed requests, none of its parts replaced), both answering under their own
+served names, the drift check clean and naming nothing; then removed by one `up` that
+touches only its parts, the first answering throughout.
+
+SIMULATION: the second model serves the same tiny weights as the first (sparkvllm/tiny-qwen3)
+under another name, its own flags and ports: what this shows is the graph (names, placement,
+ports, start order, isolation), not a second checkpoint."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+
+from sim import stack
+from sparkvllm import drift
+from sparkvllm.config import load_stack_config
+from tests.conftest import SimDeployment, sim_log
+
+pytestmark = pytest.mark.sim
+
+SECOND = "tiny2"
+
+
+def set_of_two() -> dict[str, Any]:
+    """The sim stack as a set: its model unchanged (Ray named: in a set `auto` is native),
+    and a second on spark-2 alone."""
+    raw = stack.stack_raw()
+    first = {
+        **raw.pop("model"),
+        "parallelism": {**raw.pop("parallelism"), "launcher": "ray"},
+        "vllm": raw.pop("vllm"),
+    }
+    second = {
+        **{k: first[k] for k in ("id", "revision", "hf_cache", "offline")},
+        "name": SECOND,
+        "served_name": "tiny-two",
+        "nodes": ["spark-2"],
+        "ports": {"api": 8001, "master": 29502},
+        "parallelism": {"tensor": 1, "launcher": "native"},
+        "vllm": {**first["vllm"], "gpu_memory_utilization": 0.3},
+    }
+    raw["models"] = [first, second]
+    return raw
+
+
+def complete(endpoint: str, model: str) -> str:
+    body = {"model": model, "prompt": "The DGX Spark", "max_tokens": 4, "temperature": 0}
+    req = urllib.request.Request(
+        f"{endpoint}/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return str(json.loads(resp.read())["choices"][0]["text"])
+
+
+class Requests:
+    """Completions sent to one model, one after another, for as long as it runs."""
+
+    def __init__(self, endpoint: str, model: str):
+        self.endpoint, self.model = endpoint, model
+        self.answered, self.failed = 0, []  # type: tuple[int, list[str]]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                complete(self.endpoint, self.model)
+                self.answered += 1
+            except Exception as e:
+                self.failed.append(f"{type(e).__name__}: {e}")
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> Requests:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=90)
+
+
+def changed(result: Any) -> dict[str, str]:
+    return {s.name: s.op for s in result.steps if s.op != "same"}
+
+
+def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
+    sim_deployment: SimDeployment,
+) -> None:
+    d = sim_deployment
+    endpoint = d.outputs["endpoint"]
+    first_model = d.outputs["served_model"]
+    with Requests(endpoint, first_model) as first:
+        started = time.monotonic()
+        added = stack.engine("up", set_of_two(), log=sim_log)
+        sim_log(f"phase: a second model added by one up {time.monotonic() - started:.1f}s")
+        assert not added.error, added.error
+    plan = changed(added)
+    sim_log(f"adding {SECOND}: {sorted(plan.items())}; first model: {first.answered} "
+            f"answered, {len(first.failed)} failed")  # fmt: skip
+    assert first.failed == [] and first.answered > 0
+    # Only the second model's parts are created; nothing of the first is replaced or
+    # deleted (a set decides no launcher from the image: its read-only Ray probe goes).
+    assert not {n for n, op in plan.items() if op in ("replace", "delete")} - {
+        "image-ray-spark-1"
+    }, plan
+    created = {n for n, op in plan.items() if op == "create"}
+    assert f"{SECOND}-model-server-container" in created
+    assert all(n.startswith(f"{SECOND}-") for n in created), created
+
+    models = added.outputs["models"]
+    second = models[SECOND]
+    assert second["endpoint"] == "http://172.28.0.12:8001/v1"
+    assert second["health"]["ready"] is True and second["launcher"]["name"] == "native"
+    assert complete(second["endpoint"], "tiny-two")
+    assert complete(endpoint, first_model) and models[first_model]["endpoint"] == endpoint
+
+    cfg = load_stack_config(set_of_two())
+    found = drift.check(cfg, "sim", d.access, last=added.outputs)
+    assert found == [], [f.render() for f in found]
+
+    with Requests(endpoint, first_model) as first:
+        started = time.monotonic()
+        removed = stack.engine("up", log=sim_log)
+        sim_log(f"phase: the second model removed by one up {time.monotonic() - started:.1f}s")
+        assert not removed.error, removed.error
+    plan = changed(removed)
+    sim_log(f"removing {SECOND}: {sorted(plan.items())}; first model: {first.answered} "
+            f"answered, {len(first.failed)} failed")  # fmt: skip
+    assert first.failed == [] and first.answered > 0
+    gone = {n for n, op in plan.items() if op in ("delete", "replace")}
+    assert gone and all(n.startswith(f"{SECOND}-") for n in gone), plan
+    assert "models" not in removed.outputs
+    left = stack.our_containers(d.cfg, d.access, "spark-2")
+    assert not any(SECOND in c for c in left), left
+    again = stack.engine("preview", refresh=True, log=sim_log)
+    assert not again.error and changed(again) == {}, changed(again)

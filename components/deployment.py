@@ -27,11 +27,13 @@ from components.model_server import ModelServer, ModelServerArgs
 from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.ray_head import RayHead, RayHeadArgs
 from components.ray_worker import RayWorker, RayWorkerArgs
+from components.router import Router, RouterArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, versions
 from sparkvllm.specs.memory import checked as memory_checked
+from sparkvllm.specs.output import last_json
 from sparkvllm.workstation import SshAccess, workstation_versions
 
 
@@ -126,6 +128,11 @@ def deploy(
         "ray_client": image.versions.apply(_ray_client),
         "memory": memory,
     }
+    router_plan = plans.router(cfg, stack)
+    if router_plan is not None:
+        router = Router(router_plan.name, RouterArgs(router_plan, nodes, api_key), top)
+        outputs["endpoint"] = router.endpoint
+        outputs["router"] = {"endpoint": router.endpoint, "ready": router.models.apply(_listed)}
     if not cfg.single_form:
         outputs["models"] = {
             label: {
@@ -168,6 +175,11 @@ def _model(
     # serving part (and says which it assumed), rather than none.
     decided = image.head_ray.apply(decide, run_with_unknowns=True)
     return {k: decided.apply(partial(_pick, k)) for k in _SERVING}
+
+
+def _listed(stdout: str) -> dict[str, Any]:
+    """What the router's readiness probe saw (probes/router_models.py)."""
+    return last_json(stdout)
 
 
 def _total_gib(facts: dict[str, object]) -> float:

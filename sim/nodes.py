@@ -27,6 +27,7 @@ from sim.settings import (
     NODE_IMAGES_DIR,
     NODE_SIM_CONFIG_DIR,
     PREFIX,
+    ROUTER_IMAGE_REF,
     SIM_SOURCE_DIR,
     SIM_STACK,
     SSH_PORT,
@@ -293,19 +294,23 @@ class Cluster:
         host_checks.check_subnet(self.runner, subnet)
 
     def _export_vllm_image(self) -> None:
-        """docker save the vLLM image to .sim/images/vllm-sim.tar once per image ID."""
-        image_id = build.image_id(self.runner, VLLM_IMAGE_REF)
-        stamp = self.paths.cache_dir / "vllm-sim.tar.image-id"
-        tarball = self.paths.vllm_tarball
+        """docker save the vLLM image to .sim/images/vllm-sim.tar, and the router's to
+        router-sim.tar, each once per image ID."""
         self.paths.images_dir.mkdir(parents=True, exist_ok=True)
         self.paths.vllm_ref_file.write_text(VLLM_IMAGE_REF + "\n")
-        if tarball.exists() and stamp.exists() and stamp.read_text().strip() == image_id:
-            return
-        partial = tarball.with_suffix(".tar.partial")
-        with self.timer.step(f"docker save {VLLM_IMAGE_REF} -> {tarball}"):
-            self.runner.run([DOCKER, "save", "-o", str(partial), VLLM_IMAGE_REF])
-            os.replace(partial, tarball)
-            stamp.write_text(image_id + "\n")
+        for ref, tarball in (
+            (VLLM_IMAGE_REF, self.paths.vllm_tarball),
+            (ROUTER_IMAGE_REF, self.paths.router_tarball),
+        ):
+            image_id = build.image_id(self.runner, ref)
+            stamp = self.paths.cache_dir / f"{tarball.name}.image-id"
+            if tarball.exists() and stamp.exists() and stamp.read_text().strip() == image_id:
+                continue
+            partial = tarball.with_suffix(".tar.partial")
+            with self.timer.step(f"docker save {ref} -> {tarball}"):
+                self.runner.run([DOCKER, "save", "-o", str(partial), ref])
+                os.replace(partial, tarball)
+                stamp.write_text(image_id + "\n")
 
     def _create(
         self,

@@ -21,6 +21,8 @@ NODE_INTERFACE = "eth0"
 
 MODEL_ID = "sparkvllm/tiny-qwen3"
 VLLM_IMAGE_REF = "sparkvllm/vllm-sim:latest-sim"
+# SIMULATION: the router of a set of models (LiteLLM's proxy from PyPI), on the head only.
+ROUTER_IMAGE_REF = "sparkvllm/router-sim:latest-sim"
 NODE_IMAGES_DIR = "/var/lib/sparkvllm/images"  # read-only bind mount, head node only
 NODE_HF_HUB_DIR = "/root/.cache/huggingface/hub"
 NODE_SIM_CONFIG_DIR = "/etc/sparkvllm-sim"  # per-node keys, read by the node entrypoint
@@ -72,6 +74,10 @@ class StatePaths:
     @property
     def vllm_tarball(self) -> Path:
         return self.images_dir / "vllm-sim.tar"
+
+    @property
+    def router_tarball(self) -> Path:
+        return self.images_dir / "router-sim.tar"
 
     @property
     def vllm_ref_file(self) -> Path:

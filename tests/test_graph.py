@@ -620,11 +620,12 @@ def test_outputs_are_the_documented_contract(spark_raw: dict[str, Any]) -> None:
     doc = (ROOT / "docs" / "outputs.md").read_text()
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", doc, re.M))
     _, run = deployed(spark_raw)
-    # `models` is a set's only (docs/models.md); a single-model stack exports the others.
-    assert set(run.outputs) == documented - {"models"}
-    from tests.test_models_config import two_models
+    # `models` is a set's only, `router` a router's (docs/models.md); a single-model stack
+    # exports the others.
+    assert set(run.outputs) == documented - {"models", "router"}
+    from tests.test_models_config import ROUTER, two_models
 
-    _, of_a_set = deployed(two_models(spark_raw))
+    _, of_a_set = deployed({**two_models(spark_raw), "router": ROUTER})
     assert set(of_a_set.outputs) == documented
     for outputs in (run.outputs, of_a_set.outputs):
         text = json.dumps(outputs, default=str)

@@ -41,6 +41,12 @@ def two_models(spark_raw: Raw) -> Raw:
     return raw
 
 
+# A router on the head (LiteLLM's proxy, pulled on a Spark).
+ROUTER: dict[str, Any] = {
+    "image": {"ref": "ghcr.io/berriai/litellm:v1.108.7-stable", "source": "pull"}
+}
+
+
 @pytest.fixture
 def models_raw(spark_raw: Raw) -> Raw:
     return two_models(spark_raw)
@@ -236,6 +242,34 @@ BAD_SETS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         _set("models[1].vllm.env", {"VLLM_HOST_IP": "x"}),
         "models[1].vllm.env.VLLM_HOST_IP",
         "set per node by the program",
+    ),
+    (
+        "a router on a model's port",
+        _set("router", {**ROUTER, "port": 8001}),
+        "router.port",
+        "port 8001 is already models[1].ports.api",
+    ),
+    (
+        "a router on Ray's port",
+        _set("router", {**ROUTER, "port": 6379}),
+        "router.port",
+        "port 6379 is already ports.ray_gcs",
+    ),
+    (
+        "a router built for another arch",
+        _set("router", {"image": {**ROUTER["image"], "arch": "x86_64"}}),
+        "router.image.arch",
+        "the router runs on the head, whose image is aarch64",
+    ),
+    (
+        "a node no model runs on",
+        _all(
+            _set("models[0].nodes", ["spark-1"]),
+            _set("models[0].parallelism", {"tensor": 1}),
+            _set("models[1].nodes", ["spark-1"]),
+        ),
+        "nodes[1]",
+        "no model runs on this node",
     ),
     (
         "a node promised more than its memory",

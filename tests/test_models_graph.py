@@ -127,3 +127,31 @@ def test_no_server_starts_while_a_models_weights_leave_it_no_room(
     with pytest.raises(Exception, match=r"memory plan: spark-2: model coder's weights take "
                        r"31\.0 GiB of its 30\.6 GiB budget"):  # fmt: skip
         run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
+
+
+def test_one_endpoint_routes_to_each_model(spark_raw: dict[str, Any]) -> None:
+    """The router on the head: its model list names each model's own server; the stack's
+    api_key is its key (secret environment, never in its spec); `endpoint` is its."""
+    import json
+
+    from tests.conftest import TEST_API_KEY
+    from tests.test_models_config import ROUTER
+
+    raw = {**two_models(spark_raw), "router": ROUTER, "api_key": TEST_API_KEY}
+    cfg = load_stack_config(raw)
+    run = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+    router = run.by_name("router-container")
+    assert "spark-1" in router.provider and router.plain("name") == "sparkvllm-test-router"
+    env = dict(e.split("=", 1) for e in router.plain("envs"))
+    listed = json.loads(env["SPARKVLLM_ROUTER_CONFIG"])["model_list"]
+    assert [(m["model_name"], m["litellm_params"]["api_base"]) for m in listed] == [
+        ("qwen3.5-122b", "http://192.168.100.10:8000/v1"),
+        ("coder", "http://192.168.100.11:8001/v1"),
+    ]
+    assert env["LITELLM_MASTER_KEY"] == TEST_API_KEY and router.secret_input("envs")
+    assert TEST_API_KEY not in json.dumps(listed)
+    assert "--port 4000" in router.plain("command")[0]
+    assert run.outputs["endpoint"] == "http://10.1.230.180:4000/v1"
+    assert run.outputs["router"]["endpoint"] == run.outputs["endpoint"]
+    assert run.depends("router-container", "router-image-obtain-spark-1")
+    assert run.depends("router-ready", "router-container")

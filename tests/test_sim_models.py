@@ -1,8 +1,9 @@
-"""A set of models on the SIMULATED cluster (docs/models.md): a second model added to the
-live stack (TP=1 on spark-2 alone, native, its own ports) by one `up` while the first keeps
-answering (0 failed requests, none of its parts replaced), both answering under their own
-served names, the drift check clean and naming nothing; then removed by one `up` that
-touches only its parts, the first answering throughout.
+"""A set of models on the SIMULATED cluster (docs/models.md): a second model and the router
+added to the live stack (TP=1 on spark-2 alone, native, its own ports) by one `up` while
+the first keeps answering (0 failed requests, none of its parts replaced); through the one
+endpoint, with the `openai` client, each model by its served name, chat and completions,
+streamed and not; the drift check clean; then both removed by one `up` that touches only
+their parts, the first answering throughout.
 
 SIMULATION: the second model serves the same tiny weights as the first (sparkvllm/tiny-qwen3)
 under another name, its own flags and ports: what this shows is the graph (names, placement,
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from sim import stack
+from sim.settings import NODE_IMAGES_DIR, ROUTER_IMAGE_REF
 from sparkvllm import drift
 from sparkvllm.config import load_stack_config
 from tests.conftest import SimDeployment, sim_log
@@ -47,6 +49,14 @@ def set_of_two() -> dict[str, Any]:
         "vllm": {**first["vllm"], "gpu_memory_utilization": 0.3},
     }
     raw["models"] = [first, second]
+    raw["router"] = {
+        "image": {
+            "ref": ROUTER_IMAGE_REF,
+            "source": "tarball",
+            "tarball": f"{NODE_IMAGES_DIR}/router-sim.tar",
+            "arch": "x86_64",
+        },
+    }
     return raw
 
 
@@ -88,6 +98,36 @@ class Requests:
         self._thread.join(timeout=90)
 
 
+def through_the_router(endpoint: str, served: list[str]) -> None:
+    """The `openai` client at the one endpoint: both models listed, each answering chat and
+    completions, streamed and not, under its own name."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=endpoint, api_key="none", timeout=120, max_retries=0)
+    assert sorted(m.id for m in client.models.list()) == sorted(served)
+    for model in served:
+        chat = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hello"}], max_tokens=4
+        )
+        assert chat.model.endswith(model) and chat.choices[0].message.content is not None
+        text = client.completions.create(model=model, prompt="The DGX Spark", max_tokens=4)
+        assert text.choices[0].text
+        chunks = list(
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                stream=True,
+            )
+        )  # fmt: skip
+        assert any(c.choices and c.choices[0].delta.content for c in chunks)
+        streamed = list(
+            client.completions.create(
+                model=model, prompt="The DGX Spark", max_tokens=4, stream=True
+            )
+        )
+        assert "".join(c.choices[0].text for c in streamed if c.choices)
+        sim_log(f"router: {model}: chat, completions, both streamed: answered")
+
+
 def changed(result: Any) -> dict[str, str]:
     return {s.name: s.op for s in result.steps if s.op != "same"}
 
@@ -113,8 +153,8 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
         "image-ray-spark-1"
     }, plan
     created = {n for n, op in plan.items() if op == "create"}
-    assert f"{SECOND}-model-server-container" in created
-    assert all(n.startswith(f"{SECOND}-") for n in created), created
+    assert f"{SECOND}-model-server-container" in created and "router-container" in created
+    assert all(n.startswith((f"{SECOND}-", "router")) for n in created), created
 
     models = added.outputs["models"]
     second = models[SECOND]
@@ -122,6 +162,8 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     assert second["health"]["ready"] is True and second["launcher"]["name"] == "native"
     assert complete(second["endpoint"], "tiny-two")
     assert complete(endpoint, first_model) and models[first_model]["endpoint"] == endpoint
+
+    through_the_router(added.outputs["endpoint"], [first_model, "tiny-two"])
 
     cfg = load_stack_config(set_of_two())
     found = drift.check(cfg, "sim", d.access, last=added.outputs)
@@ -137,9 +179,11 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
             f"answered, {len(first.failed)} failed")  # fmt: skip
     assert first.failed == [] and first.answered > 0
     gone = {n for n, op in plan.items() if op in ("delete", "replace")}
-    assert gone and all(n.startswith(f"{SECOND}-") for n in gone), plan
+    assert gone and all(n.startswith((f"{SECOND}-", "router")) for n in gone), plan
     assert "models" not in removed.outputs
     left = stack.our_containers(d.cfg, d.access, "spark-2")
-    assert not any(SECOND in c for c in left), left
+    assert not any(SECOND in c or "router" in c for c in left), left
+    head = stack.our_containers(d.cfg, d.access, "spark-1")
+    assert not any("router" in c for c in head), head
     again = stack.engine("preview", refresh=True, log=sim_log)
     assert not again.error and changed(again) == {}, changed(again)

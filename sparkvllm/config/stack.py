@@ -21,6 +21,7 @@ from sparkvllm.config.model import ModelConfig, ParallelismConfig, ServedModel, 
 from sparkvllm.config.nodes import JumpConfig, NodeConfig
 from sparkvllm.config.ports import PortsConfig, ray_port_owner
 from sparkvllm.config.program_env import HOST_NCCL_ENV, RESERVED_ENV, NcclConfig
+from sparkvllm.config.router import RouterConfig
 from sparkvllm.config.values import (
     _BEARER_FIX,
     MAX_UNIFIED_MEMORY_UTILIZATION,
@@ -83,6 +84,11 @@ class StackConfig(_Closed):
         min_length=1,
         description="The set of models the stack serves, each with its own parallelism, "
         "vLLM options, nodes and ports (instead of model, parallelism and vllm; docs/models.md).",
+    )
+    router: RouterConfig | None = Field(
+        None,
+        description="One OpenAI endpoint for every model: LiteLLM's proxy on the head, "
+        "routing by each request's `model` (the `endpoint` output is then its).",
     )
     ports: PortsConfig = Field(default_factory=lambda: PortsConfig(), description="Ports.")
     timeouts: TimeoutsConfig = Field(default_factory=lambda: TimeoutsConfig(), description="Waits.")
@@ -448,6 +454,32 @@ def _models_issues(cfg: StackConfig) -> Iterable[Issue]:
                 )
     if not cfg.single_form:
         yield from _set_issues(cfg)
+    if cfg.router is not None:
+        yield from _router_issues(cfg, cfg.router)
+
+
+def _router_issues(cfg: StackConfig, router: RouterConfig) -> Iterable[Issue]:
+    taken = {cfg.ports.ray_gcs: "ports.ray_gcs", cfg.ports.ray_dashboard: "ports.ray_dashboard"}
+    for i, m in enumerate(cfg.served):
+        api, master = model_ports(cfg, m)
+        own = m.ports is not None
+        taken.setdefault(api, model_path(cfg, i, "ports.api") if own else "ports.api")
+        taken.setdefault(master, model_path(cfg, i, "ports.master") if own else "ports.master")
+    owner = taken.get(router.port) or ray_port_owner(router.port)
+    if owner:
+        yield Issue(
+            path="router.port",
+            value=router.port,
+            problem=f"port {router.port} is already {owner}",
+            fix="give the router a port of its own (default 4000)",
+        )
+    if router.image.arch != cfg.image.arch:
+        yield Issue(
+            path="router.image.arch",
+            value=router.image.arch,
+            problem=f"the router runs on the head, whose image is {cfg.image.arch}",
+            fix=f"use a router image built for {cfg.image.arch}",
+        )
 
 
 def _first_seen(values: list[object]) -> Iterable[tuple[int, int]]:

@@ -24,6 +24,7 @@ from sparkvllm.specs import (
     versions,
     weights,
 )
+from sparkvllm.specs import router as router_specs
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
 from sparkvllm.specs.scope import scoped
@@ -319,6 +320,34 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = containers.RAY) -
         endpoint=f"http://{url_host(host)}:{cfg.ports.api}/v1",
         served_name=cfg.model.name_for_clients,
         rdma=any(n.cluster_link.roce_hcas for n in cfg.nodes),
+    )
+
+
+@dataclass(frozen=True)
+class RouterPlan(_ContainerPlan):
+    TYPE: ClassVar[str] = "sparkvllm:index:Router"
+    head: str
+    ref: str  # the router image's local name on the head
+    obtain: CommandSpec
+    obtain_triggers: tuple[str, ...]
+    ready: CommandSpec
+    endpoint: str
+
+
+def router(cfg: StackConfig, stack: str) -> RouterPlan | None:
+    """The router's plan, or None when the stack has none."""
+    if cfg.router is None:
+        return None
+    r = cfg.router
+    return RouterPlan(
+        name="router",
+        container=router_specs.router_container(cfg, r, stack),
+        head=cfg.head,
+        ref=r.image.local_ref,
+        obtain=router_specs.router_obtain(cfg, r),
+        obtain_triggers=(r.image.ref, r.image.source, r.image.tarball or ""),
+        ready=router_specs.router_ready(cfg, r, stack),
+        endpoint=router_specs.router_endpoint(cfg, r),
     )
 
 

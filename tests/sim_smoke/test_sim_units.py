@@ -170,7 +170,7 @@ def test_failed_up_rolls_back_what_it_created(
     hub.snapshot_dir.mkdir(parents=True)
     monkeypatch.setattr(cluster_mod, "ensure_dockerd", lambda *a: None)
     monkeypatch.setattr(keys, "ensure_node_keys", lambda *a: {"spark-1": "k1", "spark-2": "k2"})
-    monkeypatch.setattr(build, "ensure_images", lambda *a: build.BuiltImages("b", "n", "v"))
+    monkeypatch.setattr(build, "ensure_images", lambda *a: build.BuiltImages("b", "n", "v", "r"))
     monkeypatch.setattr(tiny_model, "ensure_model", lambda *a: hub)
     monkeypatch.setattr(Cluster, "_check_host", lambda *a: None)
     monkeypatch.setattr(Cluster, "_export_vllm_image", lambda *a: None)

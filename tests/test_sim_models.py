@@ -2,8 +2,9 @@
 added to the live stack (TP=1 on spark-2 alone, native, its own ports) by one `up` while
 the first keeps answering (0 failed requests, none of its parts replaced); through the one
 endpoint, with the `openai` client, each model by its served name, chat and completions,
-streamed and not; the drift check clean; then both removed by one `up` that touches only
-their parts, the first answering throughout.
+streamed and not; the drift check clean; the second model's server stopped, named by the
+drift check, planned and healed by one `up` that touches only its parts; then it and the
+router removed by one `up` that touches only their parts, the first answering throughout.
 
 SIMULATION: the second model serves the same tiny weights as the first (sparkvllm/tiny-qwen3)
 under another name, its own flags and ports: what this shows is the graph (names, placement,
@@ -23,6 +24,7 @@ from sim import stack
 from sim.settings import NODE_IMAGES_DIR, ROUTER_IMAGE_REF
 from sparkvllm import drift
 from sparkvllm.config import load_stack_config
+from sparkvllm.specs.containers import container_name
 from tests.conftest import SimDeployment, sim_log
 
 pytestmark = pytest.mark.sim
@@ -168,6 +170,28 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     cfg = load_stack_config(set_of_two())
     found = drift.check(cfg, "sim", d.access, last=added.outputs)
     assert found == [], [f.render() for f in found]
+
+    # A fault of one model (its server stopped): the drift check names that model, a
+    # refresh plans only its parts, and one `up` heals it while the first keeps serving.
+    server = container_name("sim", f"{SECOND}-model-server")
+    stack.run_on(cfg, d.access, "spark-2", f"docker stop -t 1 {server}", timeout=60)
+    found = drift.check(cfg, "sim", d.access, last=added.outputs)
+    assert [(f.node, f.what) for f in found] == [
+        ("spark-2", f"model {SECOND}: container not running")
+    ], [f.render() for f in found]
+    seen = stack.engine("preview", set_of_two(), refresh=True, log=sim_log)
+    assert not seen.error, seen.error
+    assert changed(seen) and all(n.startswith(f"{SECOND}-") for n in changed(seen)), changed(seen)
+    with Requests(endpoint, first_model) as first:
+        started = time.monotonic()
+        healed = stack.engine("up", set_of_two(), log=sim_log)
+        sim_log(f"phase: {SECOND}'s stopped server healed by one up "
+                f"{time.monotonic() - started:.1f}s")  # fmt: skip
+        assert not healed.error, healed.error
+    assert first.failed == [] and first.answered > 0
+    assert all(n.startswith(f"{SECOND}-") for n in changed(healed)), changed(healed)
+    assert healed.outputs["models"][SECOND]["health"]["ready"] is True
+    assert complete(healed.outputs["endpoint"], "tiny-two")
 
     with Requests(endpoint, first_model) as first:
         started = time.monotonic()

@@ -237,6 +237,12 @@ def exposure_warnings(cfg: StackConfig) -> list[str]:
     """What the deployment exposes beyond the cluster link, said at every preview and up."""
     head = cfg.head_node
     out = []
+    if cfg.api_key is None and cfg.router is not None:
+        out.append(
+            f"the router listens on 0.0.0.0:{cfg.router.port} of {head.name} with no api_key: "
+            "anyone who reaches that port can use every model; fix: `pulumi config set "
+            "--secret api_key $(openssl rand -hex 32)`"
+        )
     if cfg.api_key is None:
         for view in map(cfg.for_model, cfg.served):
             out.append(

@@ -54,8 +54,13 @@ def router_config(cfg: StackConfig) -> str:
         # real completions); an option a server does not take is dropped, not an error.
         "litellm_settings": {"drop_params": True, "request_timeout": REQUEST_TIMEOUT_S},
     }
-    if keyed:
-        config["general_settings"] = {"master_key": "os.environ/LITELLM_MASTER_KEY"}
+    # LiteLLM refuses to start without a master key unless told that is meant: a stack
+    # without api_key runs every server without one too (said by exposure_warnings).
+    config["general_settings"] = (
+        {"master_key": "os.environ/LITELLM_MASTER_KEY"}
+        if keyed
+        else {"dangerously_permit_weak_or_unset_master_key": True}
+    )
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 

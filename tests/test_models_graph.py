@@ -155,3 +155,20 @@ def test_one_endpoint_routes_to_each_model(spark_raw: dict[str, Any]) -> None:
     assert run.outputs["router"]["endpoint"] == run.outputs["endpoint"]
     assert run.depends("router-container", "router-image-obtain-spark-1")
     assert run.depends("router-ready", "router-container")
+
+
+def test_a_router_without_a_key_is_told_so_and_warned(spark_raw: dict[str, Any]) -> None:
+    """LiteLLM refuses to start without a master key (litellm 1.108.7
+    proxy/auth/master_key_boot_check.py) unless told that is meant: a stack without
+    api_key runs its servers without one too, and every preview and up says so."""
+    import json
+
+    from sparkvllm.specs import plans
+    from sparkvllm.specs.router import router_config
+    from tests.test_models_config import ROUTER
+
+    cfg = load_stack_config({**two_models(spark_raw), "router": ROUTER})
+    settings = json.loads(router_config(cfg))["general_settings"]
+    assert settings == {"dangerously_permit_weak_or_unset_master_key": True}
+    assert any("the router listens on 0.0.0.0:4000 of spark-1 with no api_key" in w
+               for w in plans.warnings(cfg))  # fmt: skip

@@ -126,7 +126,7 @@ def through_the_router(endpoint: str, served: list[str]) -> None:
                 model=model, prompt="The DGX Spark", max_tokens=4, stream=True
             )
         )
-        assert "".join(c.choices[0].text for c in streamed if c.choices)
+        assert "".join(c.choices[0].text or "" for c in streamed if c.choices)
         sim_log(f"router: {model}: chat, completions, both streamed: answered")
 
 

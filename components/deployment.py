@@ -15,6 +15,7 @@ an explicit launcher is always previewed exactly."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -89,11 +90,12 @@ def deploy(
     served: dict[str, dict[str, Any]] = {}
     started: dict[str, list[pulumi.Resource | pulumi.Output[Any]]] = {n.name: [] for n in cfg.nodes}
     several = len(cfg.served) > 1
+    shared = _Shared(stack, nodes, image, api_key, top)
     for m in cfg.served:
         view, own = cfg.for_model(m), weights[model_label(m)]
         after: list[pulumi.Resource | pulumi.Output[Any]] = [gated(memory, own.head_step)]
         after += [ready for n in view.nodes for ready in started[n.name]]
-        serving = _model(view, several, stack, nodes, image, own, api_key, after, top)
+        serving = _model(view, several, shared, own, after)
         for n in view.nodes:
             started[n.name].append(serving["ready"])
         served[model_label(m)] = {
@@ -144,22 +146,29 @@ def deploy(
     return outputs
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """What every model's serving part builds on."""
+
+    stack: str
+    nodes: dict[str, GB10Node]
+    image: SyncedImage
+    api_key: pulumi.Output[str] | None
+    top: pulumi.ResourceOptions
+
+
 def _model(
     view: StackConfig,
     several: bool,
-    stack: str,
-    nodes: dict[str, GB10Node],
-    image: SyncedImage,
+    shared: _Shared,
     weights: ModelWeights,
-    api_key: pulumi.Output[str] | None,
     after: list[pulumi.Resource | pulumi.Output[Any]],
-    top: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
     """Register the serving part of the model `view` serves (a one-model view) on the
     launcher its config names, or (auto) the one the image's Ray decides."""
 
     def serve(launcher: str, why: str) -> dict[str, Any]:
-        return _serve(view, stack, launcher, why, nodes, image, weights, api_key, after, top)
+        return _serve(view, launcher, why, shared, weights, after)
 
     if view.parallelism.launcher != "auto" or several:
         return serve(*plans.launcher(view, several=several))
@@ -173,7 +182,7 @@ def _model(
 
     # Run with unknowns too: a preview that cannot know the image's Ray yet still shows a
     # serving part (and says which it assumed), rather than none.
-    decided = image.head_ray.apply(decide, run_with_unknowns=True)
+    decided = shared.image.head_ray.apply(decide, run_with_unknowns=True)
     return {k: decided.apply(partial(_pick, k)) for k in _SERVING}
 
 
@@ -226,18 +235,21 @@ _SERVING = ("endpoint", "health", "ray_dashboard", "ray_dashboard_tunnel", "ray_
 
 def _serve(
     cfg: StackConfig,
-    stack: str,
     launcher: str,
     why: str,
-    nodes: dict[str, GB10Node],
-    image: SyncedImage,
+    shared: _Shared,
     weights: ModelWeights,
-    api_key: pulumi.Output[str] | None,
     after: list[pulumi.Resource | pulumi.Output[Any]],
-    top: pulumi.ResourceOptions,
 ) -> dict[str, Any]:
     """Register the ranks of `launcher` and return their outputs (_SERVING)."""
     pulumi.log.info(f"launcher: {launcher} ({why})")
+    stack, nodes, image, api_key, top = (
+        shared.stack,
+        shared.nodes,
+        shared.image,
+        shared.api_key,
+        shared.top,
+    )
     if launcher == containers.NATIVE:
         server_plan = plans.model_server(cfg, stack, launcher)
         server = ModelServer(

@@ -771,12 +771,20 @@ def test_a_remote_command_is_bounded_by_its_custom_timeouts_else_by_the_engines_
         command.remote.Command("plain", connection=conn, create="echo plain")
         """
     ))  # fmt: skip
+    import threading
+
     bounds: dict[str, float] = {}
+    others_called = threading.Event()
 
     def transport(target: Any, cmd: str, **kw: Any) -> Any:
         bounds[cmd.rsplit(" ", 1)[-1] if "sleep" not in cmd else "hangs"] = kw["timeout"]
         if "sleep" in cmd:
+            # The three run at once: the hung one fails once the others were called (a
+            # failed step stops new ones from starting, so its failure must not race them).
+            others_called.wait(timeout=60)
             raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        if {"true", "plain"} <= set(bounds):
+            others_called.set()
         return subprocess.CompletedProcess([], 0, "out\n", "")
 
     def factory(pkg: str, _inputs: dict[str, Any]) -> Provider | None:

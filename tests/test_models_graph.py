@@ -164,7 +164,7 @@ def test_a_router_without_a_key_is_told_so_and_warned(spark_raw: dict[str, Any])
     import json
 
     from sparkvllm.specs import plans
-    from sparkvllm.specs.router import router_config
+    from sparkvllm.specs.router_container import router_config
     from tests.test_models_config import ROUTER
 
     cfg = load_stack_config({**two_models(spark_raw), "router": ROUTER})

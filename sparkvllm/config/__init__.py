@@ -32,7 +32,7 @@ from sparkvllm.config.program_env import (
     NcclConfig,
     ProgramVariable,
 )
-from sparkvllm.config.router import RouterConfig, RouterImageConfig
+from sparkvllm.config.routing import RouterConfig, RouterImageConfig
 from sparkvllm.config.stack import StackConfig, TimeoutsConfig
 from sparkvllm.config.values import (
     HUB_ENDPOINT,

@@ -21,7 +21,7 @@ from sparkvllm.config.model import ModelConfig, ParallelismConfig, ServedModel, 
 from sparkvllm.config.nodes import JumpConfig, NodeConfig
 from sparkvllm.config.ports import PortsConfig, ray_port_owner
 from sparkvllm.config.program_env import HOST_NCCL_ENV, RESERVED_ENV, NcclConfig
-from sparkvllm.config.router import RouterConfig
+from sparkvllm.config.routing import RouterConfig
 from sparkvllm.config.values import (
     _BEARER_FIX,
     MAX_UNIFIED_MEMORY_UTILIZATION,

@@ -24,7 +24,7 @@ from sparkvllm.specs import (
     versions,
     weights,
 )
-from sparkvllm.specs import router as router_specs
+from sparkvllm.specs import router_container as router_specs
 from sparkvllm.specs.commands import CommandSpec
 from sparkvllm.specs.containers import ContainerSpec
 from sparkvllm.specs.scope import scoped

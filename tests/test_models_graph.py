@@ -172,3 +172,41 @@ def test_a_router_without_a_key_is_told_so_and_warned(spark_raw: dict[str, Any])
     assert settings == {"dangerously_permit_weak_or_unset_master_key": True}
     assert any("the router listens on 0.0.0.0:4000 of spark-1 with no api_key" in w
                for w in plans.warnings(cfg))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "changed"),
+    [
+        (lambda m: m["vllm"].update(max_model_len=8192), {"coder-model-server-container"}),
+        (lambda m: m.update(revision="0123abc"), {"coder-model-server-container"}),
+    ],
+    ids=["flags", "revision"],
+)
+def test_changing_one_model_changes_only_its_own_parts(
+    spark_raw: dict[str, Any], change: Any, changed: set[str]
+) -> None:
+    """Every registration of the other model (and of the nodes and the image) is the
+    same, input for input; the changed model's server is among what changes."""
+    import copy
+
+    raw = two_models(spark_raw)
+    before = run_program(
+        load_stack_config(raw), prepare_ssh_access(load_stack_config(raw), "test", ROOT)
+    )
+    after_raw = copy.deepcopy(raw)
+    change(after_raw["models"][1])
+    cfg = load_stack_config(after_raw)
+    after = run_program(cfg, prepare_ssh_access(cfg, "test", ROOT))
+    differ = {
+        r.name
+        for urn, r in after.registrations.items()
+        if urn not in before.registrations or before.registrations[urn].state != r.state
+    }
+    assert changed <= differ
+    # Besides the coder's parts, only each node's preflight steps' registrations differ:
+    # their judge carries the stack's public config (specs/facts.py public_config), which
+    # is no defining input of a NodeStep, so its diff finds no change and the engine keeps
+    # them (the single-model case, a flag change planning only the server, is
+    # tests/test_plan_engine.py's).
+    preflight = {f"{n}-{step}" for n in ("spark-1", "spark-2") for step in ("facts", "links")}
+    assert {n for n in differ if not n.startswith("coder-")} == preflight, differ

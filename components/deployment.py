@@ -33,7 +33,8 @@ from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, versions
-from sparkvllm.specs.memory import checked as memory_checked
+from sparkvllm.specs.memory import as_output as memory_output
+from sparkvllm.specs.memory import check_model
 from sparkvllm.specs.output import last_json
 from sparkvllm.workstation import SshAccess, workstation_versions
 
@@ -79,10 +80,10 @@ def deploy(
     # The memory plan: each model's budget, weights and KV cache on each of its nodes, from
     # the nodes' facts and the weights' sizes; no server starts while a model's weights
     # leave it no room (sparkvllm/specs/memory.py).
-    memory = pulumi.Output.all(
-        {n: node.facts.apply(_total_gib) for n, node in nodes.items()},
-        {label: w.size for label, w in weights.items()},
-    ).apply(lambda figures: memory_checked(cfg, *figures))
+    totals = {n: node.facts.apply(_total_gib) for n, node in nodes.items()}
+    memory = pulumi.Output.all(totals, {label: w.size for label, w in weights.items()}).apply(
+        lambda figures: memory_output(cfg, *figures)
+    )
 
     # Each model's serving part, in the config's order: a model's server starts once the
     # servers of the earlier models that share a node with it answer (one start-up
@@ -93,7 +94,8 @@ def deploy(
     shared = _Shared(stack, nodes, image, api_key, top)
     for m in cfg.served:
         view, own = cfg.for_model(m), weights[model_label(m)]
-        after: list[pulumi.Resource | pulumi.Output[Any]] = [gated(memory, own.head_step)]
+        fits = pulumi.Output.all(totals, own.size).apply(partial(_fits, cfg, model_label(m)))
+        after: list[pulumi.Resource | pulumi.Output[Any]] = [gated(fits, own.head_step)]
         after += [ready for n in view.nodes for ready in started[n.name]]
         serving = _model(view, several, shared, own, after)
         for n in view.nodes:
@@ -189,6 +191,12 @@ def _model(
 def _listed(stdout: str) -> dict[str, Any]:
     """What the router's readiness probe saw (probes/router_models.py)."""
     return last_json(stdout)
+
+
+def _fits(cfg: StackConfig, label: str, figures: list[Any]) -> bool:
+    """Whether model `label`'s weights leave it room on its nodes (else MemoryPlanError)."""
+    check_model(cfg, label, figures[0], figures[1])
+    return True
 
 
 def _total_gib(facts: dict[str, object]) -> float:

@@ -71,8 +71,11 @@ def read_findings(
     model is read once; a set, model by model (each as its one-model view: its
     containers, weights and server), the image judged once for every node."""
     if len(cfg.served) == 1:
-        live = read_live(cfg, stack, access, runner)
-        return {model_label(cfg.served[0]): live}, drift.find_drift(cfg, stack, live, last)
+        # As its one model's parts are placed (a `models:` entry may name its own nodes,
+        # in its own order, and its own ports).
+        view = cfg.for_model(cfg.served[0])
+        live = read_live(view, stack, access, runner)
+        return {model_label(cfg.served[0]): live}, drift.find_drift(view, stack, live, last)
     lives = {model_label(m): read_live(cfg.for_model(m), stack, access, runner) for m in cfg.served}
     return lives, drift.find_set_drift(cfg, stack, lives, last)
 

@@ -272,6 +272,18 @@ BAD_SETS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         "no model runs on this node",
     ),
     (
+        "a name that is the unnamed model's served name",
+        _all(_set("models[0].served_name", "big"), _set("models[1].name", "big")),
+        "models[1].name",
+        "models[0] has no name and is known by its served name, which is this",
+    ),
+    (
+        "an unnamed model served under another's name",
+        _all(_set("models[0].name", "coder"), _set("models[1].name", None)),
+        "models[0].name",
+        "models[1] has no name and is known by its served name, which is this",
+    ),
+    (
         "a node promised more than its memory",
         _set("models[1].vllm.gpu_memory_utilization", 0.35),
         "models (node spark-2)",
@@ -360,3 +372,29 @@ def test_a_model_that_fits_is_no_problem(models_raw: Raw) -> None:
     cfg = load_stack_config(models_raw)
     sizes = {"qwen3.5-122b": 125 * 2**30, "coder": 8 * 2**30}
     assert problems(memory_plan(cfg, {"spark-1": GB10_GIB, "spark-2": GB10_GIB}, sizes)) == []
+
+
+def test_a_misspelt_key_is_told_the_keys_a_stack_file_writes(models_raw: Raw) -> None:
+    """The allowed keys and a field's description are the stack file's (`model`, not the
+    field's internal name), down a `models:` entry too."""
+    models_raw["modle"] = {}
+    models_raw["models"][1]["vlm"] = {}
+    models_raw["models"][1]["parallelism"] = {"tensor": "two"}
+    with pytest.raises(ConfigError) as info:
+        load_stack_config(models_raw)
+    text = str(info.value)
+    top = next(line for line in text.splitlines() if "  - modle = " in line)
+    assert "model, parallelism, vllm, models, router," in top and "single_" not in top
+    inner = next(line for line in text.splitlines() if "  - models[1].vlm = " in line)
+    assert "allowed here: id, revision" in inner and "nodes, ports" in inner
+    tensor = next(line for line in text.splitlines() if "models[1].parallelism.tensor" in line)
+    assert "Fix: give tensor (tensor-parallel size (--tensor-parallel-size))." in tensor
+
+
+def test_a_model_off_the_stacks_head_is_reached_at_its_own_host(models_raw: Raw) -> None:
+    """endpoint_host names the stack's head; a model whose rank 0 is elsewhere is reached
+    at that node's own ssh host."""
+    models_raw["endpoint_host"] = "spark1.lan"
+    cfg = load_stack_config(models_raw)
+    big, small = (cfg.for_model(m) for m in cfg.served)
+    assert big.endpoint_host == "spark1.lan" and small.endpoint_host is None

@@ -32,16 +32,28 @@ def _walk(loc: tuple[int | str, ...]) -> tuple[type[BaseModel] | None, str | Non
     for part in loc:
         if isinstance(part, int):
             continue
-        if model is None or part not in model.model_fields:
+        field = None if model is None else _keys(model).get(str(part))
+        if field is None:
             return None, desc
-        field = model.model_fields[part]
         desc = field.description
-        ann = field.annotation
-        candidates = getattr(ann, "__args__", None) or (ann,)
-        model = next(
-            (a for a in candidates if isinstance(a, type) and issubclass(a, BaseModel)), None
-        )
+        model = _model_in(field.annotation)
     return model, desc
+
+
+def _keys(model: type[BaseModel]) -> dict[str, Any]:
+    """A section's fields by the key a stack file writes (the alias, where one is set)."""
+    return {f.alias or name: f for name, f in model.model_fields.items()}
+
+
+def _model_in(ann: Any) -> type[BaseModel] | None:
+    """The section class a field holds: itself, or inside `X | None` or `list[X]`."""
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in getattr(ann, "__args__", None) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _named(loc: tuple[int | str, ...], desc: str | None) -> str:
@@ -67,7 +79,7 @@ def _issue_from_pydantic(err: Mapping[str, Any]) -> Issue:
         _, desc = _walk(loc)
         if err["type"] == "extra_forbidden":
             parent, _ = _walk(loc[:-1])
-            allowed = ", ".join(parent.model_fields) if parent else "see the config reference"
+            allowed = ", ".join(_keys(parent)) if parent else "see the config reference"
             fix = f"remove it or fix its spelling; allowed here: {allowed}"
         elif err["type"] == "missing":
             fix = f"add {_named(loc, desc)}"

@@ -207,6 +207,9 @@ class StackConfig(_Closed):
                 "nodes": nodes,
                 "head": head,
                 "ports": self.ports.model_copy(update={"api": api, "master": master}),
+                # The host clients use names the stack's head; another rank 0 is reached
+                # by its own ssh host.
+                "endpoint_host": self.endpoint_host if head == self.head else None,
             }
         )
         view._served = (m,)
@@ -508,6 +511,18 @@ def _set_issues(cfg: StackConfig) -> Iterable[Issue]:
             value=models[named[i]].name,
             problem=f"already the name of models[{named[j]}]",
             fix="give every model its own name",
+        )
+    labels = [model_label(m) for m in models]
+    for i, j in _first_seen(list(labels)):
+        if (models[i].name is None) == (models[j].name is None):
+            continue  # two names alike, or two without: said below and above
+        own, other = (i, j) if models[i].name is not None else (j, i)
+        yield Issue(
+            path=model_path(cfg, own, "name"),
+            value=labels[own],
+            problem=f"models[{other}] has no name and is known by its served name, which is "
+            "this (each model's parts and outputs go by one of them)",
+            fix="give this model another name",
         )
     served = [m.name_for_clients for m in models]
     for i, j in _first_seen(list(served)):

@@ -100,16 +100,22 @@ class MemoryPlanError(Exception):
     """A model's weights leave it no room on a node (one line per node and model)."""
 
 
-def checked(
+def as_output(
     cfg: StackConfig, total_gib: Mapping[str, float], weights_bytes: Mapping[str, int]
 ) -> dict[str, object]:
-    """The plan as the `memory` output (node -> figures), or MemoryPlanError naming every
-    node and model without room."""
-    plan = memory_plan(cfg, total_gib, weights_bytes)
-    found = problems(plan)
+    """The plan as the `memory` output: node -> its figures."""
+    return {n.node: n.as_output() for n in memory_plan(cfg, total_gib, weights_bytes)}
+
+
+def check_model(
+    cfg: StackConfig, label: str, total_gib: Mapping[str, float], weights_bytes: int
+) -> None:
+    """MemoryPlanError naming each node where model `label`'s weights leave it no room:
+    its own figures only (another model's size or download never holds it back)."""
+    plan = memory_plan(cfg, total_gib, {label: weights_bytes})
+    found = [line for line in problems(plan) if f" model {label}'s " in line]
     if found:
         raise MemoryPlanError("\n".join(found))
-    return {n.node: n.as_output() for n in plan}
 
 
 def problems(plan: list[NodeMemory]) -> list[str]:

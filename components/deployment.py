@@ -70,11 +70,12 @@ def deploy(
     image_plan = plans.image(cfg, access.host_keys)
     image = SyncedImage(image_plan.name, SyncedImageArgs(image_plan, nodes, links.measured), top)
 
+    # Each model as its parts see it (a one-model view), by its label.
+    views = {model_label(m): cfg.for_model(m) for m in cfg.served}
     weights = {}
-    for m in cfg.served:
-        view = cfg.for_model(m)
+    for label, view in views.items():
         weights_plan = plans.model_weights(view, access.host_keys, access.hf_token_ref)
-        weights[model_label(m)] = ModelWeights(
+        weights[label] = ModelWeights(
             weights_plan.name, ModelWeightsArgs(weights_plan, nodes, image), top
         )
     # The memory plan: each model's budget, weights and KV cache on each of its nodes, from
@@ -92,15 +93,15 @@ def deploy(
     started: dict[str, list[pulumi.Resource | pulumi.Output[Any]]] = {n.name: [] for n in cfg.nodes}
     several = len(cfg.served) > 1
     shared = _Shared(stack, nodes, image, api_key, top)
-    for m in cfg.served:
-        view, own = cfg.for_model(m), weights[model_label(m)]
-        fits = pulumi.Output.all(totals, own.size).apply(partial(_fits, cfg, model_label(m)))
+    for (label, view), m in zip(views.items(), cfg.served, strict=True):
+        own = weights[label]
+        fits = pulumi.Output.all(totals, own.size).apply(partial(_fits, cfg, label))
         after: list[pulumi.Resource | pulumi.Output[Any]] = [gated(fits, own.head_step)]
         after += [ready for n in view.nodes for ready in started[n.name]]
         serving = _model(view, several, shared, own, after)
         for n in view.nodes:
             started[n.name].append(serving["ready"])
-        served[model_label(m)] = {
+        served[label] = {
             **serving,
             "model": {
                 "id": m.id,

@@ -461,13 +461,29 @@ def _models_issues(cfg: StackConfig) -> Iterable[Issue]:
         yield from _router_issues(cfg, cfg.router)
 
 
-def _router_issues(cfg: StackConfig, router: RouterConfig) -> Iterable[Issue]:
-    taken = {cfg.ports.ray_gcs: "ports.ray_gcs", cfg.ports.ray_dashboard: "ports.ray_dashboard"}
+def _ray_ports(cfg: StackConfig) -> dict[int, str]:
+    """The stack's own Ray ports, by the key that sets each."""
+    return {cfg.ports.ray_gcs: "ports.ray_gcs", cfg.ports.ray_dashboard: "ports.ray_dashboard"}
+
+
+def _model_ports_held(cfg: StackConfig) -> Iterable[tuple[int, str, int, str]]:
+    """(model index, api or master, port, the key that sets it) for each model's ports in
+    the config's order; the stack's ports.api and ports.master once, for the first model
+    on them (another one there is refused on its own, _set_issues)."""
+    on_stack = [i for i, m in enumerate(cfg.served) if m.ports is None]
     for i, m in enumerate(cfg.served):
+        if m.ports is None and i in on_stack[1:]:
+            continue
         api, master = model_ports(cfg, m)
-        own = m.ports is not None
-        taken.setdefault(api, model_path(cfg, i, "ports.api") if own else "ports.api")
-        taken.setdefault(master, model_path(cfg, i, "ports.master") if own else "ports.master")
+        for what, port in (("api", api), ("master", master)):
+            own = m.ports is not None
+            yield i, what, port, model_path(cfg, i, f"ports.{what}") if own else f"ports.{what}"
+
+
+def _router_issues(cfg: StackConfig, router: RouterConfig) -> Iterable[Issue]:
+    taken = _ray_ports(cfg)
+    for _, _, port, key in _model_ports_held(cfg):
+        taken.setdefault(port, key)
     owner = taken.get(router.port) or ray_port_owner(router.port)
     if owner:
         yield Issue(
@@ -542,26 +558,18 @@ def _set_issues(cfg: StackConfig) -> Iterable[Issue]:
             f"{cfg.ports.api}, master {cfg.ports.master})",
             fix="give this model its own, e.g. ports: {api: 8001, master: 29502}",
         )
-    taken: dict[int, str] = {
-        cfg.ports.ray_gcs: "ports.ray_gcs",
-        cfg.ports.ray_dashboard: "ports.ray_dashboard",
-    }
-    for i, m in enumerate(models):
-        if m.ports is None and i in shared[1:]:
-            continue
-        api, master = model_ports(cfg, m)
-        for what, port in (("api", api), ("master", master)):
-            owner = taken.get(port) or ray_port_owner(port)
-            path = model_path(cfg, i, f"ports.{what}")
-            if owner:
-                yield Issue(
-                    path=path,
-                    value=port,
-                    problem=f"port {port} is already {owner}",
-                    fix="give each model ports of its own (no two alike, none of Ray's)",
-                )
-            else:
-                taken[port] = path if m.ports is not None else f"ports.{what}"
+    taken = _ray_ports(cfg)
+    for i, what, port, key in _model_ports_held(cfg):
+        owner = taken.get(port) or ray_port_owner(port)
+        if owner:
+            yield Issue(
+                path=model_path(cfg, i, f"ports.{what}"),
+                value=port,
+                problem=f"port {port} is already {owner}",
+                fix="give each model ports of its own (no two alike, none of Ray's)",
+            )
+        else:
+            taken[port] = key
     for j, node in enumerate(cfg.nodes):
         if not any(node in model_nodes(cfg, m) for m in models):
             yield Issue(

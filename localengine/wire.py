@@ -170,15 +170,24 @@ class SecretFilter:
         with self._lock:
             if new - self._texts:
                 self._texts |= new
-                # Longest first, so a secret is replaced whole before any part of it.
-                words = sorted(self._texts, key=len, reverse=True)
+                self._pattern = None  # made again when next used
+
+    def _compiled(self) -> re.Pattern[str] | None:
+        """The texts as one pattern, made when first used after a change: a run adds
+        secrets at each resource and matches far less often. Longest first, so a secret
+        is replaced whole before any part of it; ties in text order, so the same texts
+        give the same pattern (the re module's cache then holds it)."""
+        with self._lock:
+            if self._pattern is None and self._texts:
+                words = sorted(self._texts, key=lambda w: (-len(w), w))
                 self._pattern = re.compile("|".join(map(re.escape, words)))
+            return self._pattern
 
     def __call__(self, line: str) -> str:
-        pattern = self._pattern
+        pattern = self._compiled()
         return pattern.sub("[secret]", line) if pattern is not None else line
 
     def found(self, text: str) -> bool:
         """Whether `text` holds a known secret."""
-        pattern = self._pattern
+        pattern = self._compiled()
         return pattern is not None and pattern.search(text) is not None

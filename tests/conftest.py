@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import json
 import logging
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,17 +162,31 @@ class SimDeployment:
     answer: str  # SIM_PROMPT's completion when deployed (TP=2), for later comparisons
 
 
+PHASES = ROOT / ".sim" / "logs" / "phases.log"
+
+
 def sim_log(message: str) -> None:
+    """A sim test's progress line (shown with its test's output). A `phase:` line, a
+    figure of the run, also goes to PHASES, which the run's summary prints."""
     print(message, flush=True)
+    if message.startswith("phase:"):
+        PHASES.parent.mkdir(parents=True, exist_ok=True)
+        with PHASES.open("a") as out:
+            out.write(message + "\n")
 
 
 # --- the simulated cluster, warmed up while the other tests run --------------------------
 #
-# Every test that needs no sim runs first; the sim's suites after, in their own order. As
-# soon as the tests are collected, a process of its own brings the sim up (the images'
-# first build, the nodes, the tiny model) and, when a sim test wants the shared
-# deployment, deploys it (`python -m sim apply`), so that work overlaps the other tests. A
-# process, not a thread: the tests change this process's environment and folder.
+# `./run-tests` runs pytest-xdist: the sim's suites are one group (`xdist_group("sim")`),
+# the largest unit of work, so one worker takes them first and runs them in their own
+# order (SIM_ORDER) while the other workers share every other test. Without xdist
+# (`-p no:xdist`, or `-n 0`), every test that needs no sim runs first and the sim's suites
+# after. Either way, as soon as the tests are collected, a process of its own brings the
+# sim up (the images' first build, the nodes, the tiny model) and, when a sim test wants
+# the shared deployment, deploys it (`python -m sim apply`), so that work overlaps the
+# other tests. A process, not a thread: the tests change their process's environment and
+# folder. Under xdist one worker (gw0) starts it and records its exit code in a file that
+# the worker running the sim's suites waits for.
 
 
 def _is_sim(item: pytest.Item) -> bool:
@@ -200,27 +221,74 @@ def sim_rank(nodeid: str) -> int:
     return listed[0] if listed else SIM_ORDER.index("")
 
 
+# The other tests' longest suites first (each of their tests takes 10-90 s on a busy
+# machine): started last, one of them would keep a worker busy after the rest are done.
+SLOW_FIRST = (
+    "tests/test_hostile_input.py",
+    "tests/test_plan_engine.py",
+    "tests/test_launcher.py",
+    "tests/test_provider_contract.py",
+    "tests/test_engine_faults.py",
+)
+
+
+def _fast_rank(item: pytest.Item) -> int:
+    listed = [i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)]
+    return listed[0] if listed else len(SLOW_FIRST)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     sims = sorted((i for i in items if _is_sim(i)), key=lambda i: sim_rank(i.nodeid))
-    items[:] = [i for i in items if not _is_sim(i)] + sims
+    for item in sims:
+        item.add_marker(pytest.mark.xdist_group("sim"))
+    others = sorted((i for i in items if not _is_sim(i)), key=_fast_rank)
+    items[:] = others + sims
+
+
+def _xdist(config: pytest.Config) -> tuple[str, str] | None:
+    """(this worker's id, the run's id) in an xdist worker; None elsewhere."""
+    given = getattr(config, "workerinput", None)
+    return None if given is None else (str(given["workerid"]), str(given["testrunuid"]))
+
+
+def _controller(config: pytest.Config) -> bool:
+    """Whether this process hands the tests to xdist's workers (and runs none itself)."""
+    return _xdist(config) is None and bool(getattr(config.option, "numprocesses", None))
+
+
+WARMUP_FILES = ROOT / ".sim" / "logs"
+
+
+def _run_files(run: str) -> tuple[Path, Path]:
+    """The warm-up's process id and, once it ended, its exit code, for run `run`."""
+    return WARMUP_FILES / f"warmup-{run}.pid", WARMUP_FILES / f"warmup-{run}.rc"
 
 
 @dataclass
 class _Warmup:
     command: str  # "up" or "apply"
-    process: subprocess.Popen[bytes]
     log: Path
+    done: Path  # its exit code, once it ended (how another worker learns it)
     started: float
+    process: subprocess.Popen[bytes] | None  # None in a worker that did not start it
+    code: int | None = None
 
     def wait(self) -> None:
-        """Until the process ends (its exit code, kept by Popen, says how); a failure
-        raises with the log's tail the first time, and again for every later sim test."""
-        first = self.process.returncode is None
-        code = self.process.wait()
+        """Until the warm-up ends; a failure raises with the log's tail the first time,
+        and again for every later sim test."""
+        first = self.code is None
+        if self.process is not None:
+            self.code = self.process.wait()
+        while self.code is None:
+            if self.done.exists():
+                self.code = int(self.done.read_text().strip() or "1")
+            else:
+                time.sleep(2)
         if first:
             seconds = time.monotonic() - self.started
             sim_log(f"phase: sim {self.command} (in the background) {seconds:.1f}s")
-        if code == 0:
+        if self.code == 0:
             return
         if not first:
             raise RuntimeError(f"`python -m sim {self.command}` failed earlier ({self.log})")
@@ -229,7 +297,27 @@ class _Warmup:
                            + "\n".join(tail))  # fmt: skip
 
 
+def _record(done: Path, code: int) -> None:
+    """The exit code, written whole (a reader never sees half of it)."""
+    part = done.with_suffix(".part")
+    part.write_text(f"{code}\n")
+    part.replace(done)
+
+
 _WARMUP: list[_Warmup] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under xdist the run's id is this process's choice, so that it finds the warm-up's
+    files at the end (the workers get it as their testrunuid)."""
+    if _controller(config) and not config.option.testrunuid:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The run's phase figures start empty (the controller, or the only process)."""
+    if _xdist(session.config) is None:
+        PHASES.unlink(missing_ok=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -238,29 +326,74 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     wanted = any("sim_deployment" in getattr(i, "fixturenames", ()) for i in sims)
     command = "apply" if wanted else "up"
-    log = ROOT / ".sim" / "logs" / f"warmup-{command}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    log = WARMUP_FILES / f"warmup-{command}.log"
+    xdist = _xdist(session.config)
+    pid, done = _run_files(xdist[1] if xdist else str(os.getpid()))
+    if xdist is not None and xdist[0] != "gw0":
+        _WARMUP.append(_Warmup(command, log, done, time.monotonic(), None))
+        return
+    WARMUP_FILES.mkdir(parents=True, exist_ok=True)
+    for stale in [*WARMUP_FILES.glob("warmup-*.pid"), *WARMUP_FILES.glob("warmup-*.rc")]:
+        stale.unlink(missing_ok=True)  # earlier runs'
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "sim", command], cwd=ROOT, stdout=out,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
-    _WARMUP.append(_Warmup(command, process, log, time.monotonic()))
+    pid.write_text(f"{process.pid}\n")
+    # Its exit code as soon as it ends, whatever this worker is running then (this
+    # worker's process lives until the run's end, after its own tests are done).
+    threading.Thread(target=lambda: _record(done, process.wait()), daemon=True).start()
+    _WARMUP.append(_Warmup(command, log, done, time.monotonic(), process))
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A run stopped early (-x, ^C): the bring-up does not outlive it. SIGTERM is the local
-    engine's graceful cancel (the steps in flight finish and are recorded, so the next run
-    finds no pending operation); it is waited for."""
+def _stop_warmup(pid: int, waited: Callable[[float], bool]) -> None:
+    """SIGTERM is the local engine's graceful cancel (the steps in flight finish and are
+    recorded, so the next run finds no pending operation); it is waited for."""
+    sim_log(f"stopping the sim warm-up (steps in flight finish; log: {WARMUP_FILES})")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        if not waited(900):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(1)
+    return False
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run stopped early (-x, ^C): the bring-up does not outlive it. Under xdist the
+    worker that started it may be done long before the sim's suites are: the controller
+    stops it at the run's end (the worker only when interrupted itself)."""
+    config = session.config
+    if _controller(config):
+        pid, done = _run_files(str(config.option.testrunuid))
+        if pid.exists() and not done.exists():
+            _stop_warmup(int(pid.read_text()), lambda s: _gone(int(pid.read_text()), s))
+        pid.unlink(missing_ok=True)
+        done.unlink(missing_ok=True)
+        return
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     for warm in _WARMUP:
-        if warm.process.poll() is None:
-            sim_log(f"stopping the sim warm-up (steps in flight finish; log: {warm.log})")
-            warm.process.terminate()
-            try:
-                warm.process.wait(timeout=900)
-            except subprocess.TimeoutExpired:
-                warm.process.kill()
-                warm.process.wait()
+        if warm.process is None or warm.process.poll() is not None:
+            continue
+        if _xdist(config) is None or interrupted:
+            _stop_warmup(warm.process.pid, functools.partial(_waited, warm.process))
+
+
+def _waited(process: subprocess.Popen[bytes], seconds: float) -> bool:
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -330,11 +463,16 @@ def suite_budgets(text: str) -> dict[str, int]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Each suite's time (its tests, fixtures included) beside its budget: what the next
-    suite may spend, and which one went over (a figure, never a failure)."""
+    suite may spend, and which one went over (a figure, never a failure). Then the sim's
+    phase figures (sim_log)."""
+    write = terminalreporter.write_line
+    if _xdist(terminalreporter.config) is None and PHASES.exists():
+        terminalreporter.section("the simulated cluster's phases")
+        for line in PHASES.read_text().splitlines():
+            write(line)
     if not _SUITE_SECONDS:
         return
     budgets = suite_budgets((ROOT / "CONTRIBUTING.md").read_text())
-    write = terminalreporter.write_line
     terminalreporter.section("time per suite (budget: CONTRIBUTING.md)")
     for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda kv: -kv[1]):
         budget = budgets.get(suite)

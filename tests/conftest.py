@@ -335,11 +335,25 @@ def pytest_configure(config: pytest.Config) -> None:
     files at the end (the workers get it as their testrunuid)."""
     if _controller(config) and not config.option.testrunuid:
         config.option.testrunuid = uuid.uuid4().hex
+    if _xdist(config) is not None:
+        # The sim's suites are the run's longest chain: every worker starts at the lowest
+        # priority and the one that runs them takes the normal one back at its first sim
+        # test, so the other tests use the time the sim's leave (waits, sleeps) instead of
+        # slowing them down.
+        os.nice(19)
+
+
+def _normal_priority() -> None:
+    """This process (and what it starts from now on) back at the normal priority (as
+    root; elsewhere it keeps the one it has)."""
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """The run's phase figures start empty (the controller, or the only process)."""
-    if _xdist(session.config) is None:
+    """The run's phase figures start empty (the controller, or the only process; not a
+    collection alone, as tests/test_suite_groups.py runs during a run)."""
+    if _xdist(session.config) is None and not session.config.option.collectonly:
         PHASES.unlink(missing_ok=True)
 
 
@@ -362,6 +376,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         process = subprocess.Popen(
             [sys.executable, "-m", "sim", command], cwd=ROOT, stdout=out,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_normal_priority,  # on the sim's chain, as the sim's worker is
         )  # fmt: skip
     pid.write_text(f"{process.pid}\n")
     # Its exit code as soon as it ends, whatever this worker is running then (this
@@ -424,6 +439,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """A sim test starts once the background bring-up is done: before any of its fixtures
     (a session's shared deployment included), so none runs beside it."""
     if _is_sim(item):
+        if _xdist(item.config) is not None:
+            _normal_priority()
         for warm in _WARMUP:
             warm.wait()
 

@@ -471,11 +471,11 @@ def sim_deployment() -> SimDeployment:
 SIM_PROMPT = "The simulated spark cluster says"
 
 
-def sim_complete(endpoint: str, tokens: int = 12) -> str:
+def sim_complete(endpoint: str, tokens: int = 12, model: str = "tiny-qwen3") -> str:
     """The completion of SIM_PROMPT at temperature 0 (the TP=1 vs TP=2 comparison)."""
     import urllib.request
 
-    body = {"model": "tiny-qwen3", "prompt": SIM_PROMPT, "max_tokens": tokens,
+    body = {"model": model, "prompt": SIM_PROMPT, "max_tokens": tokens,
             "temperature": 0, "seed": 0}  # fmt: skip
     req = urllib.request.Request(
         f"{endpoint}/completions", data=json.dumps(body).encode(),

@@ -25,7 +25,7 @@ from sim.settings import NODE_IMAGES_DIR, ROUTER_IMAGE_REF
 from sparkvllm import drift
 from sparkvllm.config import load_stack_config
 from sparkvllm.specs.containers import container_name
-from tests.conftest import SimDeployment, sim_log
+from tests.conftest import SIM_PROMPT, SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim
 
@@ -167,6 +167,11 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     assert second["endpoint"] == "http://172.28.0.12:8001/v1"
     assert second["health"]["ready"] is True and second["launcher"]["name"] == "native"
     assert complete(second["endpoint"], "tiny-two")
+    # The second model is the same checkpoint at TP=1 on one node: it answers the tokens
+    # the first (TP=2 across both nodes) gave when it was deployed.
+    tp1 = sim_complete(second["endpoint"], model="tiny-two")
+    sim_log(f"TP=1 vs TP=2 for {SIM_PROMPT!r}: {tp1!r} vs {d.answer!r}")
+    assert tp1 == d.answer and tp1.strip()
     assert complete(endpoint, first_model) and models[first_model]["endpoint"] == endpoint
 
     through_the_router(added.outputs["endpoint"], [first_model, "tiny-two"])

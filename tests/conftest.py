@@ -196,7 +196,7 @@ def _is_sim(item: pytest.Item) -> bool:
 
 # The sim's suites in the order that costs least: those on the shared deployment first,
 # the ones that end it last (the native story switches launchers and destroys; the engine
-# suite's TP=1 story then deploys one node on its own). A suite not listed runs after the
+# suite then checks destroy left nothing). A suite not listed runs after the
 # listed ones that share the deployment, before those that end it.
 SIM_ORDER = (
     "tests/sim_smoke/test_sim_live.py",

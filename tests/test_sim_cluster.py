@@ -4,7 +4,7 @@ command, node step and container spec the components register runs on the sim no
 ssh, in the order the program's dependency graph allows. Then we check what really
 happened on the nodes.
 
-Model and prompt for the TP=1 vs TP=2 comparison (tests/test_sim_engine.py): the tiny
+Model and prompt for the TP=1 vs TP=2 comparison (tests/test_sim_models.py): the tiny
 random-weight Qwen3 model made offline (`sim/model/`), served in float32 (`vllm.dtype` in
 Pulumi.sim.yaml), completion of a fixed prompt at temperature 0 with 12 tokens. float32
 keeps the greedy argmax stable when the matmuls are split across two ranks.

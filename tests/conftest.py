@@ -178,8 +178,8 @@ def sim_log(message: str) -> None:
 
 # --- the simulated cluster, warmed up while the other tests run --------------------------
 #
-# `./run-tests` runs pytest-xdist: the sim's suites are one group (`xdist_group("sim")`),
-# the largest unit of work, so one worker takes them first and runs them in their own
+# `./run-tests` runs pytest-xdist: the sim's suites are one unit of work (_SimGroup),
+# the largest, so one worker takes them first and runs them in their own
 # order (SIM_ORDER) while the other workers share every other test. Without xdist
 # (`-p no:xdist`, or `-n 0`), every test that needs no sim runs first and the sim's suites
 # after. Either way, as soon as the tests are collected, a process of its own brings the
@@ -216,10 +216,15 @@ SIM_ORDER = (
 )
 
 
+def _listed(nodeid: str, prefixes: tuple[str, ...]) -> int | None:
+    """The place of the first of `prefixes` (empty ones aside) that `nodeid` starts with."""
+    return next((i for i, p in enumerate(prefixes) if p and nodeid.startswith(p)), None)
+
+
 def sim_rank(nodeid: str) -> int:
     """Where a sim test's suite runs among the sim's suites (SIM_ORDER)."""
-    listed = [i for i, prefix in enumerate(SIM_ORDER) if prefix and nodeid.startswith(prefix)]
-    return listed[0] if listed else SIM_ORDER.index("")
+    listed = _listed(nodeid, SIM_ORDER)
+    return SIM_ORDER.index("") if listed is None else listed
 
 
 # The other tests' longest suites first (each of their tests takes 10-90 s on a busy
@@ -234,8 +239,8 @@ SLOW_FIRST = (
 
 
 def _fast_rank(item: pytest.Item) -> int:
-    listed = [i for i, prefix in enumerate(SLOW_FIRST) if item.nodeid.startswith(prefix)]
-    return listed[0] if listed else len(SLOW_FIRST)
+    listed = _listed(item.nodeid, SLOW_FIRST)
+    return len(SLOW_FIRST) if listed is None else listed
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -247,9 +252,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def is_sim_suite(nodeid: str) -> bool:
     """Whether a test is one of the sim's suites, from its id alone (where xdist's
     controller, which sees no marks, groups them): a module named in SIM_ORDER or named
-    tests/test_sim_*.py. tests/test_sim_order.py checks this agrees with the sim mark."""
-    listed = any(prefix and nodeid.startswith(prefix) for prefix in SIM_ORDER)
-    return listed or nodeid.startswith("tests/test_sim_")
+    tests/test_sim_*.py. tests/test_suite_groups.py checks this agrees with the sim mark."""
+    return _listed(nodeid, SIM_ORDER) is not None or nodeid.startswith("tests/test_sim_")
 
 
 class _SimGroup(LoadScopeScheduling):
@@ -378,10 +382,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=_normal_priority,  # on the sim's chain, as the sim's worker is
         )  # fmt: skip
-    pid.write_text(f"{process.pid}\n")
-    # Its exit code as soon as it ends, whatever this worker is running then (this
-    # worker's process lives until the run's end, after its own tests are done).
-    threading.Thread(target=lambda: _record(done, process.wait()), daemon=True).start()
+    if xdist is not None:
+        # For the controller (its pid) and the sim's worker (its exit code as soon as it
+        # ends, whatever this worker is running then: this worker's process lives until
+        # the run's end, after its own tests are done).
+        pid.write_text(f"{process.pid}\n")
+        threading.Thread(target=lambda: _record(done, process.wait()), daemon=True).start()
     _WARMUP.append(_Warmup(command, log, done, time.monotonic(), process))
 
 
@@ -414,7 +420,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _controller(config):
         pid, done = _run_files(str(config.option.testrunuid))
         if pid.exists() and not done.exists():
-            _stop_warmup(int(pid.read_text()), lambda s: _gone(int(pid.read_text()), s))
+            number = int(pid.read_text())
+            _stop_warmup(number, functools.partial(_gone, number))
         pid.unlink(missing_ok=True)
         done.unlink(missing_ok=True)
         return

@@ -57,8 +57,14 @@ PROGRAM = textwrap.dedent(
     chains, per_chain = int(cfg.require("chains")), int(cfg.require("per_chain"))
 
 
+    def step(props):  # a line per node action: how far a run has come
+        with open(pathlib.Path(props["node"]) / "progress", "a") as f:
+            f.write("dyn\\n")
+
+
     class Obj(ResourceProvider):
         def create(self, props):
+            step(props)
             time.sleep(float(props["pause"]))
             name = f"{props['name']}-{uuid.uuid4().hex[:8]}"
             (pathlib.Path(props["node"]) / "objs" / name).write_text(props["rev"])
@@ -72,11 +78,13 @@ PROGRAM = textwrap.dedent(
             return DiffResult(changes=olds.get("rev") != news.get("rev"))
 
         def update(self, id_, olds, news):
+            step(news)
             time.sleep(float(news["pause"]))
             (pathlib.Path(news["node"]) / "objs" / id_).write_text(news["rev"])
             return UpdateResult(dict(news))
 
         def delete(self, id_, props):
+            step(props)
             time.sleep(float(props["pause"]) / 2)
             (pathlib.Path(props["node"]) / "objs" / id_).unlink()
 
@@ -111,12 +119,14 @@ PROGRAM = textwrap.dedent(
 
 # A node reached over "ssh" (SIMULATION): OpenSSH's words up to `--`, the host, then the
 # remote command, run under bash in the node's folder. Each call notes its pid while it
-# runs, so the recovery can wait for the calls a killed engine left running.
+# runs, so the recovery can wait for the calls a killed engine left running, and adds a
+# line to the node's progress (as the dynamic resources do), where the kills are timed.
 SSH_STUB = textwrap.dedent(
     """\
     #!/bin/bash
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do shift; done
     shift 2
+    echo cmd >> "$NODE/progress"
     mkdir -p "$NODE/.inflight" && echo $$ > "$NODE/.inflight/$$"
     cd "$NODE" || exit 255
     bash -c "$*"
@@ -153,6 +163,7 @@ class Rig:
         (self.dir / "Pulumi.yaml").write_text(project_yaml("faults"))
         (self.dir / "__main__.py").write_text(PROGRAM)
         self.pause = pause
+        self.start_s = 1.0  # how long a run takes to its first node action (measured)
         self.env = {
             k: v for k, v in os.environ.items() if "BACKEND_URL" not in k and "PASSPHRASE" not in k
         }
@@ -194,6 +205,10 @@ class Rig:
                           and not r["type"].startswith("pulumi:providers:")],
             "pending_operations": latest.get("pending_operations") or [],
         }  # fmt: skip
+
+    def progress(self) -> int:
+        path = self.node / "progress"
+        return len(path.read_text().splitlines()) if path.exists() else 0
 
     def objects(self) -> list[str]:
         return sorted(p.name for p in (self.node / "objs").iterdir())
@@ -296,9 +311,17 @@ def check(rig: Rig, figures: Figures, deployed: bool) -> None:
         assert content == str(rig.rev), (name, content, rig.rev)
 
 
-def _killed(rig: Rig, operation: str, window: float, rng: random.Random, figures: Figures) -> None:
+def _killed(rig: Rig, operation: str, rng: random.Random, figures: Figures) -> None:
+    """Kill the run at a random point of its progress: after a random number of its node
+    actions (one per resource), a random part of one action's pause later; or, before its
+    first action, at a random moment of its start. Timed by progress, not by the clock,
+    so a loaded machine (the suite runs beside others) moves no kill past the run's end."""
+    before = rig.progress()
     proc = rig.start(operation)
-    time.sleep(rng.uniform(0.2, window))
+    actions = rng.randrange(len(_resource_names()))
+    while proc.poll() is None and rig.progress() - before < actions:
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.05, rig.pause) if actions else rng.uniform(0.2, rig.start_s))
     figures.kills += 1
     if proc.poll() is None:
         figures.mid_run += 1
@@ -315,22 +338,24 @@ def test_kills_at_random_moments_of_up_and_destroy_each_recover_to_the_nodes_tru
     rig, figures = Rig(tmp_path, pause=0.3), Figures()
     rig.configure(1)
     started = time.monotonic()
-    first = rig.engine("up")  # an undisturbed run: how long a run lasts
-    assert first.returncode == 0, first.stdout + first.stderr
-    window = time.monotonic() - started
+    first = rig.start("up")  # an undisturbed run: how long its start lasts
+    while first.poll() is None and not rig.progress():
+        time.sleep(0.02)
+    rig.start_s = time.monotonic() - started
+    assert first.wait(timeout=300) == 0
     check(rig, figures, deployed=True)
     for cycle in range(cycles):
         rig.configure(2 * cycle + 2)  # every resource is updated
-        _killed(rig, "up", window, rng, figures)
+        _killed(rig, "up", rng, figures)
         recover(rig, figures)
         converge(rig, "up", figures)
         check(rig, figures, deployed=True)
-        _killed(rig, "destroy", window * 0.8, rng, figures)
+        _killed(rig, "destroy", rng, figures)
         recover(rig, figures)
         converge(rig, "destroy", figures)
         check(rig, figures, deployed=False)
         rig.configure(2 * cycle + 3)  # created from nothing
-        _killed(rig, "up", window, rng, figures)
+        _killed(rig, "up", rng, figures)
         recover(rig, figures)
         converge(rig, "up", figures)
         check(rig, figures, deployed=True)

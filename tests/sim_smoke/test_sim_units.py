@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -212,3 +213,54 @@ def test_a_simulation_is_ours_only_if_its_nodes_mount_this_checkout(
     runner = FakeRunner({("docker", "inspect"): Result(0, source + "\n")})
     assert Cluster(runner, paths, Timer(quiet=True))._state_here(node) is ours
     assert runner.calls[0][-1] == "sparkvllm-sim-spark-1"
+
+
+class ImageStore:
+    """A fake Docker engine's image store: `inspect` answers for the tags it holds, `build`
+    and `tag` add one. Each build waits at `barrier` (if given) before it is done."""
+
+    def __init__(self, present: set[str], barrier: threading.Barrier | None = None) -> None:
+        self.present, self.barrier, self.built = present, barrier, list[str]()
+
+    def run(self, argv: Sequence[str], *, check: bool = True, **_: object) -> Result:
+        argv = list(argv)
+        if argv[1:3] == ["image", "inspect"]:
+            result = Result(0, f"sha256:{argv[-1]}") if argv[-1] in self.present else Result(1, "")
+        elif argv[1] == "build":
+            if self.barrier is not None:
+                self.barrier.wait()
+            tag = argv[argv.index("-t") + 1]
+            self.present.add(tag)
+            self.built.append(tag)
+            result = Result(0, "")
+        else:
+            if argv[1] == "tag":
+                self.present.add(argv[3])
+            result = Result(0, "")
+        if check and not result.ok:
+            raise CommandError(argv, result.returncode, result.stderr)
+        return result
+
+    def spawn(self, argv: Sequence[str], *, log_path: Path) -> int:
+        raise AssertionError(argv)
+
+
+def test_the_images_on_the_base_build_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node, vLLM and router images (all FROM the base) build at once: each build
+    waits until all three have begun (built one after another, the first waits alone and
+    the barrier breaks). A second call builds nothing."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / f"torch-{build.TORCH_VERSION}-cp311-cp311-linux_x86_64.whl").write_bytes(b"w")
+    monkeypatch.setenv(build.WHEEL_DIRS_ENV, str(wheels))
+    paths = StatePaths(tmp_path / "sim")
+    paths.cache_dir.mkdir(parents=True)
+    base = build.base_recipe(build.host_mirrors())
+    store = ImageStore({base.tag}, threading.Barrier(3, timeout=20))
+    images = build.ensure_images(store, paths, Timer(quiet=True))
+    assert sorted(store.built) == sorted([images.node, images.vllm, images.router])
+    store.built.clear()
+    assert build.ensure_images(store, paths, Timer(quiet=True)) == images
+    assert store.built == []

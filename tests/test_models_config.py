@@ -284,6 +284,24 @@ BAD_SETS: list[tuple[str, Callable[[Raw], None], str, str]] = [
         "models[1] has no name and is known by its served name, which is this",
     ),
     (
+        "a worker's sshd on the port its model serves on",
+        _set("nodes[1].ssh.port", 8001),
+        "nodes[1].ssh.port",
+        "sshd on spark-2 listens on it, and so would models[1].ports.api there",
+    ),
+    (
+        "the head's sshd on the router's port",
+        _all(_set("router", ROUTER), _set("nodes[0].ssh.port", 4000)),
+        "nodes[0].ssh.port",
+        "sshd on spark-1 listens on it, and so would router.port there",
+    ),
+    (
+        "a sshd in Ray's worker range on a node of the Ray model",
+        _all(_set("models[0].parallelism.launcher", "ray"), _set("nodes[1].ssh.port", 12000)),
+        "nodes[1].ssh.port",
+        "so would Ray's worker port range there",
+    ),
+    (
         "a node promised more than its memory",
         _set("models[1].vllm.gpu_memory_utilization", 0.35),
         "models (node spark-2)",
@@ -398,3 +416,20 @@ def test_a_model_off_the_stacks_head_is_reached_at_its_own_host(models_raw: Raw)
     cfg = load_stack_config(models_raw)
     big, small = (cfg.for_model(m) for m in cfg.served)
     assert big.endpoint_host == "spark1.lan" and small.endpoint_host is None
+
+
+def test_a_sshd_port_is_refused_only_where_a_server_listens_on_it(models_raw: Raw) -> None:
+    """The coder serves on spark-2 alone: its ports on spark-1, and the big model's
+    (native in a set) Ray ports anywhere, are free for a sshd."""
+    _set("nodes[0].ssh.port", 8001)(models_raw)
+    _set("nodes[1].ssh.port", 6379)(models_raw)
+    assert [n.ssh.port for n in load_stack_config(models_raw).nodes] == [8001, 6379]
+
+
+def test_a_single_models_head_sshd_on_the_ray_gcs_port_is_refused(spark_raw: Raw) -> None:
+    """The single form under launcher auto may run Ray: its GCS port on the head is taken."""
+    spark_raw["nodes"][0]["ssh"]["port"] = spark_raw.get("ports", {}).get("ray_gcs", 6379)
+    with pytest.raises(ConfigError, match=r"nodes\[0\]\.ssh\.port = \d+: sshd on spark-1"):
+        load_stack_config(spark_raw)
+    spark_raw["parallelism"]["launcher"] = "native"
+    assert load_stack_config(spark_raw).single_form

@@ -933,6 +933,23 @@ def test_ray_dashboard_binds_to_the_cluster_link_unless_exposed(spark_raw: dict[
     assert url == "http://10.1.230.180:8265"
     assert tunnel == "ssh -N -L 8265:127.0.0.1:8265 -p 22 -l aurora -- 10.1.230.180"
     assert any("Jobs API runs any code" in w for w in containers.exposure_warnings(exposed))
+    spark_raw["parallelism"]["launcher"] = "native"  # no Ray, no dashboard: nothing said
+    native = containers.exposure_warnings(load_stack_config(spark_raw))
+    assert [w for w in native if "Ray dashboard" in w] == []
+
+
+def test_the_dashboard_warning_names_the_ray_models_head(spark_raw: dict[str, Any]) -> None:
+    """In a set, Ray's head is the Ray model's rank 0, not the stack's head."""
+    from tests.test_models_config import two_models
+
+    raw = two_models(spark_raw)
+    raw["expose_ray_dashboard"] = True
+    raw["models"][0]["nodes"] = ["spark-2", "spark-1"]
+    raw["models"][0]["parallelism"]["launcher"] = "ray"
+    raw["models"][1]["nodes"] = ["spark-1"]
+    raw["models"][0]["vllm"]["gpu_memory_utilization"] = 0.5
+    (said,) = [w for w in containers.exposure_warnings(load_stack_config(raw)) if "Ray" in w]
+    assert "0.0.0.0:8265 of spark-2" in said, said
 
 
 def test_an_api_without_a_key_warns_and_with_one_does_not(spark_raw: dict[str, Any]) -> None:

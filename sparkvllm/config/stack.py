@@ -459,6 +459,52 @@ def _models_issues(cfg: StackConfig) -> Iterable[Issue]:
         yield from _set_issues(cfg)
     if cfg.router is not None:
         yield from _router_issues(cfg, cfg.router)
+    yield from _ssh_port_issues(cfg)
+
+
+def may_run_ray(cfg: StackConfig, model: ServedModel) -> bool:
+    """Whether a model's nodes may run Ray: launcher ray, or auto in the single form (in a
+    set, auto means native)."""
+    launcher = model.parallelism.launcher
+    return launcher == "ray" or (cfg.single_form and launcher == "auto")
+
+
+def _ports_bound(cfg: StackConfig) -> dict[str, dict[int, str]]:
+    """For each node, the ports a server of the stack listens on there (host network), by
+    the key that sets each: each model's API and rendezvous ports on its rank 0, Ray's on
+    the Ray model's head, the router's on the stack's head."""
+    bound: dict[str, dict[int, str]] = {n.name: {} for n in cfg.nodes}
+    for i, m in enumerate(cfg.served):
+        view = cfg.for_model(m)
+        own = m.ports is not None
+        for what, port in (("api", view.ports.api), ("master", view.ports.master)):
+            key = model_path(cfg, i, f"ports.{what}") if own else f"ports.{what}"
+            bound.setdefault(view.head, {}).setdefault(port, key)
+        if may_run_ray(cfg, m):
+            for port, key in _ray_ports(cfg).items():
+                bound.setdefault(view.head, {}).setdefault(port, key)
+    if cfg.router is not None:
+        bound[cfg.head].setdefault(cfg.router.port, "router.port")
+    return bound
+
+
+def _ssh_port_issues(cfg: StackConfig) -> Iterable[Issue]:
+    """A node's sshd port (the program reaches the node on it, and the nodes each other over
+    the cluster link) is no port a server of the stack listens on there: that server would
+    fail to bind after the images and weights were sent."""
+    bound = _ports_bound(cfg)
+    ray_nodes = {n.name for m in cfg.served if may_run_ray(cfg, m) for n in model_nodes(cfg, m)}
+    for i, n in enumerate(cfg.nodes):
+        owner = bound[n.name].get(n.ssh.port)
+        if owner is None and n.name in ray_nodes:
+            owner = ray_port_owner(n.ssh.port)
+        if owner:
+            yield Issue(
+                path=f"nodes[{i}].ssh.port",
+                value=n.ssh.port,
+                problem=f"sshd on {n.name} listens on it, and so would {owner} there",
+                fix=f"give {owner} another port, or move sshd on {n.name} to another port",
+            )
 
 
 def _ray_ports(cfg: StackConfig) -> dict[int, str]:

@@ -20,6 +20,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 
 from sparkvllm.config import HOST_NCCL_ENV, HOST_NCCL_IN_CONTAINER, NodeConfig, StackConfig
+from sparkvllm.config.stack import may_run_ray
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.scope import scoped
@@ -250,9 +251,10 @@ def exposure_warnings(cfg: StackConfig) -> list[str]:
                 "api_key: anyone who reaches that port can use the model; fix: `pulumi config "
                 "set --secret api_key $(openssl rand -hex 32)`"
             )
-    if cfg.expose_ray_dashboard:
+    rays = [cfg.for_model(m).head for m in cfg.served if may_run_ray(cfg, m)]
+    if cfg.expose_ray_dashboard and rays:
         out.append(
-            f"the Ray dashboard listens on 0.0.0.0:{cfg.ports.ray_dashboard} of {head.name} "
+            f"the Ray dashboard listens on 0.0.0.0:{cfg.ports.ray_dashboard} of {rays[0]} "
             "(expose_ray_dashboard): its Jobs API runs any code it is sent, without "
             "authentication; fix: set expose_ray_dashboard: false and use the "
             "ray_dashboard_tunnel output"

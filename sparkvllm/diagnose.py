@@ -5,8 +5,8 @@ secrets redacted, and print a one-screen summary naming the likely fault.
 
 Per node (one ssh each, read-only): our containers' `docker inspect` and last 200 log
 lines, the preflight facts (GPU, memory, netdev, RDMA, the host's NCCL, free disk),
-`nvidia-smi` where present, the kernel's OOM lines, `free` and `df`; on the head also
-`ray status`, and the model server's /health, /v1/models, metrics and a one-token answer.
+`nvidia-smi` where present, the kernel's OOM lines, `free` and `df`; on Ray's head also
+`ray status`; and each model server's /health, /v1/models, metrics and a one-token answer.
 The likely fault is the first finding of the drift check (sparkvllm/specs/drift_rules.py)
 in order of what breaks the most: a node unreachable, a container stopped (with its exit
 code, OOM kill and telling log line), Ray missing a node, the server stuck or unhealthy, an
@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sparkvllm.config import StackConfig, is_secret_name
+from sparkvllm.config.stack import may_run_ray, model_label
 from sparkvllm.drift import Runner, last_outputs, link_drift, read_findings, read_links
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
@@ -82,13 +83,18 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
         "memory": "free -m",
         "disk": f"df -h {caches} /var/lib/docker 2>&1",
     }
-    if node_name == cfg.head:
+    if node_name in ray_heads(cfg):
         head = containers.container_name(stack, "ray-head")
         sections["ray status"] = f"timeout 60 docker exec {head} ray status 2>&1"
     return "\n".join(
         f"echo {shlex.quote('=== ' + name)}; {{ {command}; }} 2>&1 || true"
         for name, command in sections.items()
     )
+
+
+def ray_heads(cfg: StackConfig) -> set[str]:
+    """The node that heads Ray where a model may run on it (the Ray model's rank 0)."""
+    return {cfg.for_model(m).head for m in cfg.served if may_run_ray(cfg, m)}
 
 
 def split_sections(stdout: str) -> dict[str, str]:
@@ -125,29 +131,36 @@ def likely_fault(findings: list[drift_rules.Drift]) -> drift_rules.Drift | None:
 
 def summary(
     cfg: StackConfig,
-    live: dict[str, drift_rules.NodeLive],
+    lives: dict[str, dict[str, drift_rules.NodeLive]],
     findings: list[drift_rules.Drift],
     oom: dict[str, str],
 ) -> str:
+    """One line per node (every model's containers on it), then each model's server and
+    Ray reading (a set's lines begin with the model's name), then the likely fault."""
     lines = []
     for node in cfg.nodes:
-        got = live.get(node.name, drift_rules.NodeLive(error="not read"))
-        if got.error:
-            lines.append(f"{node.name}: UNREACHABLE ({got.error})")
+        got = [live[node.name] for live in lives.values() if node.name in live]
+        errors = [g.error for g in got if g.error] or ([] if got else ["not read"])
+        if errors:
+            lines.append(f"{node.name}: UNREACHABLE ({errors[0]})")
             continue
-        states = ", ".join(f"{n}={c.status}" for n, c in sorted(got.containers.items()))
+        seen = {n: c.status for g in got for n, c in g.containers.items()}
+        states = ", ".join(f"{n}={status}" for n, status in sorted(seen.items()))
         ooms = len([line for line in oom.get(node.name, "").splitlines() if line.strip()])
         lines.append(f"{node.name}: {states or 'no containers'}; kernel OOM lines: {ooms}")
-    head = live.get(cfg.head)
-    if head and head.server:
-        s = head.server
-        lines.append(
-            f"server: /health {s.get('health_status')}, token "
-            f"{'ok' if (s.get('smoke') or {}).get('ok') else 'NONE'}, models {s.get('models')}"
-        )
-    if head and head.ray:
-        lines.append(f"ray: {head.ray.get('alive')} node(s), {head.ray.get('gpus')} GPU(s), "
-                     f"missing {head.ray.get('missing')}")  # fmt: skip
+    for m in cfg.served:
+        label = model_label(m)
+        head = lives.get(label, {}).get(cfg.for_model(m).head)
+        said = f"{label} " if len(cfg.served) > 1 else ""
+        if head and head.server:
+            s = head.server
+            lines.append(
+                f"{said}server: /health {s.get('health_status')}, token "
+                f"{'ok' if (s.get('smoke') or {}).get('ok') else 'NONE'}, models {s.get('models')}"
+            )
+        if head and head.ray:
+            lines.append(f"{said}ray: {head.ray.get('alive')} node(s), {head.ray.get('gpus')} "
+                         f"GPU(s), missing {head.ray.get('missing')}")  # fmt: skip
     fault = likely_fault(findings)
     lines.append(f"likely fault: {fault.render()}" if fault else "likely fault: none found")
     lines += [f"  also: {d.render()}" for d in findings if d is not fault]
@@ -181,10 +194,9 @@ def diagnose(
         for name, text in sections.items():
             files[f"{node.name}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)}.txt"] = text
     lives, findings = read_findings(cfg, stack, access, runner, dict(last or {}))
-    live = next(iter(lives.values()))  # the summary's: the first model's reading
     measured = read_links(cfg, access, runner) if links else {}
     findings += link_drift(cfg, measured, dict(last or {}))
-    text = summary(cfg, live, findings, oom)
+    text = summary(cfg, lives, findings, oom)
     for worker, rate in measured.items():
         if isinstance(rate, LinkRate):
             shown = ", ".join(f"{p} {gbit:.1f} Gb/s ({tool})" for p, tool, gbit in rate.paths())
@@ -194,8 +206,10 @@ def diagnose(
     files["links.json"] = json.dumps(figures, indent=2)
     files["summary.txt"] = text + "\n"
     files["findings.json"] = json.dumps([d.__dict__ for d in findings], indent=2)
-    files["live.json"] = json.dumps({n: v.__dict__ for n, v in live.items()}, indent=2,
-                                    default=lambda o: o.__dict__)  # fmt: skip
+    # A stack of one model: node -> its reading, as before sets; a set: model -> that.
+    read = {label: {n: v.__dict__ for n, v in live.items()} for label, live in lives.items()}
+    shown = next(iter(read.values())) if len(read) == 1 else read
+    files["live.json"] = json.dumps(shown, indent=2, default=lambda o: o.__dict__)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     tarball = out_dir / f"diagnose-{stack}-{stamp}.tar.gz"

@@ -14,7 +14,7 @@ from sparkvllm import diagnose
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.specs import containers
 from sparkvllm.specs.containers import SPEC_LABEL
-from sparkvllm.specs.drift_rules import Drift
+from sparkvllm.specs.drift_rules import ContainerLive, Drift, NodeLive
 from sparkvllm.workstation import prepare_ssh_access
 from tests.conftest import ROOT, TEST_API_KEY, TEST_PRIVATE_KEY
 
@@ -113,3 +113,40 @@ def test_a_diagnosis_of_a_crashed_server(cfg: StackConfig, tmp_path: Path) -> No
     assert b"TEST-ONLY" not in blob
     fault = diagnose.likely_fault(findings)
     assert fault is not None and fault.what == "container not running"
+
+
+def _live(containers_: dict[str, str], server: dict[str, Any] | None = None) -> NodeLive:
+    return NodeLive(
+        containers={n: ContainerLive(s, 0, "", "") for n, s in containers_.items()}, server=server
+    )
+
+
+def test_a_sets_summary_reads_every_model(spark_raw: dict[str, Any]) -> None:
+    """Each model's server is read on its own rank 0 and said under its name; a node's line
+    holds every model's containers there; `ray status` is collected on the Ray model's head
+    (here spark-2), not on the stack's."""
+    from tests.test_models_config import two_models
+
+    raw = two_models(spark_raw)
+    raw["models"][0]["nodes"] = ["spark-2", "spark-1"]
+    raw["models"][0]["parallelism"] = {"tensor": 2, "launcher": "ray"}
+    raw["models"][0]["vllm"]["gpu_memory_utilization"] = 0.5
+    raw["models"][1]["nodes"] = ["spark-1"]
+    cfg = load_stack_config(raw)
+    big, coder = (cfg.for_model(m) for m in cfg.served)
+    assert (big.head, coder.head) == ("spark-2", "spark-1")
+    ok = {"health_status": 200, "smoke": {"ok": True}, "models": ["qwen3.5-122b"]}
+    lives = {
+        "qwen3.5-122b": {
+            "spark-2": _live({"model-server": "running"}, ok),
+            "spark-1": _live({"ray-worker": "running"}),
+        },
+        "coder": {"spark-1": _live({"coder-model-server": "exited"}, {"health_status": None})},
+    }
+    text = diagnose.summary(cfg, lives, [], {})
+    lines = text.splitlines()
+    assert "spark-1: coder-model-server=exited, ray-worker=running; kernel OOM lines: 0" in lines
+    assert "qwen3.5-122b server: /health 200, token ok, models ['qwen3.5-122b']" in lines
+    assert "coder server: /health None, token NONE, models None" in lines
+    scripts = {n.name: diagnose.collect_command(cfg, "spark", n.name) for n in cfg.nodes}
+    assert ["=== ray status" in scripts[n] for n in ("spark-1", "spark-2")] == [False, True]

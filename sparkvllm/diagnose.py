@@ -208,8 +208,8 @@ def diagnose(
     files["findings.json"] = json.dumps([d.__dict__ for d in findings], indent=2)
     # A stack of one model: node -> its reading, as before sets; a set: model -> that.
     read = {label: {n: v.__dict__ for n, v in live.items()} for label, live in lives.items()}
-    shown = next(iter(read.values())) if len(read) == 1 else read
-    files["live.json"] = json.dumps(shown, indent=2, default=lambda o: o.__dict__)
+    kept = next(iter(read.values())) if len(read) == 1 else read
+    files["live.json"] = json.dumps(kept, indent=2, default=lambda o: o.__dict__)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir.mkdir(parents=True, exist_ok=True)
     tarball = out_dir / f"diagnose-{stack}-{stamp}.tar.gz"

@@ -69,6 +69,9 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
     `=== name`; a missing tool or container prints what it could."""
     node = next(n for n in cfg.nodes if n.name == node_name)
     ours = drift_rules.read_containers(cfg, stack)[node_name]
+    router = drift_rules.router_spec(cfg, stack)
+    if router is not None and node_name == cfg.head:
+        ours = [*ours, router.name]
     caches = " ".join(shlex.quote(c) for c in dict.fromkeys(m.hf_cache for m in cfg.served))
     sections = {
         "facts": facts_command(cfg, node),

@@ -70,14 +70,30 @@ def read_findings(
     """(model label -> what its nodes reported, the findings). A stack that serves one
     model is read once; a set, model by model (each as its one-model view: its
     containers, weights and server), the image judged once for every node."""
+    router = drift.router_drift(cfg, stack, read_router(cfg, stack, access, runner))
     if len(cfg.served) == 1:
         # As its one model's parts are placed (a `models:` entry may name its own nodes,
         # in its own order, and its own ports).
         view = cfg.for_model(cfg.served[0])
         live = read_live(view, stack, access, runner)
-        return {model_label(cfg.served[0]): live}, drift.find_drift(view, stack, live, last)
+        found = drift.find_drift(view, stack, live, last)
+        return {model_label(cfg.served[0]): live}, found + router
     lives = {model_label(m): read_live(cfg.for_model(m), stack, access, runner) for m in cfg.served}
-    return lives, drift.find_set_drift(cfg, stack, lives, last)
+    return lives, drift.find_set_drift(cfg, stack, lives, last) + router
+
+
+def read_router(
+    cfg: StackConfig, stack: str, access: SshAccess, runner: Runner = run_ssh
+) -> drift.NodeLive | None:
+    """What the stack's head says of the router's container (None: no router)."""
+    if cfg.router is None:
+        return None
+    target = access.targets[cfg.head]
+    result = runner(target, drift.router_state_command(cfg, stack), timeout=60)
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no answer"])[-1]
+        return drift.NodeLive(error=f"ssh to {target.host} failed: {reason}")
+    return drift.parse_state(result.stdout)
 
 
 def read_links(

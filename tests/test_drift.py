@@ -360,3 +360,66 @@ def test_the_state_command_reads_both_launchers_containers(spark_raw: dict[str, 
     head = state_command(cfg, STACK, cfg.nodes[0])
     assert f"container.{W}=" in worker and f"container.{RANK}=" in worker
     assert head.count(f"container.{S}=") == 1
+
+
+def test_the_router_is_read_on_the_stacks_head_and_each_fault_named(
+    spark_raw: dict[str, Any],
+) -> None:
+    """A set's router (its own image, not the models'): gone, stopped (with why) or on
+    another config is a finding on the head; a running one on the config's spec is none."""
+    from sparkvllm.specs.drift_rules import router_drift, router_spec, router_state_command
+    from tests.test_models_config import ROUTER, two_models
+
+    raw = two_models(spark_raw)
+    assert router_drift(load_stack_config(raw), STACK, NodeLive()) == []  # no router
+    raw["router"] = ROUTER
+    cfg = load_stack_config(raw)
+    spec = router_spec(cfg, STACK)
+    assert spec is not None
+    command = router_state_command(cfg, STACK)
+    subprocess.run(["bash", "-n", "-c", command], check=True)
+    assert f"echo container.{spec.name}=" in command
+    want = spec.labels[SPEC_LABEL]
+    read = parse_state(f"container.{spec.name}=running 0 {want} sha256:{'9' * 64} 0 false\n")
+    assert router_drift(cfg, STACK, read) == []
+    cases = {
+        "": "container missing",
+        f"container.{spec.name}=exited 3 {want} {IMG} 5 false\n"
+        f"container_log.{spec.name}=yaml: bad key\n": "container not running",
+        f"container.{spec.name}=running 0 older {IMG} 0 false\n": "config not applied",
+    }
+    for stdout, what in cases.items():
+        (found,) = router_drift(cfg, STACK, parse_state(stdout))
+        assert (found.node, found.what) == ("spark-1", what), found
+        assert spec.name in found.detail
+    (stopped,) = router_drift(cfg, STACK, parse_state(list(cases)[1]))
+    assert "restarted 5 time(s)" in stopped.detail and "yaml: bad key" in stopped.detail
+    (gone,) = router_drift(cfg, STACK, NodeLive(error="ssh to 10.1.230.180 failed: timeout"))
+    assert gone.what == "unreachable"
+
+
+def test_the_drift_check_of_a_set_reads_its_router(spark_raw: dict[str, Any]) -> None:
+    """sparkvllm.drift.check with stand-in nodes that hold nothing: the router's absence
+    is found on the head beside the models' (one more ssh to the head)."""
+    from sparkvllm import drift
+    from sparkvllm.specs.drift_rules import router_spec
+    from sparkvllm.workstation import prepare_ssh_access
+    from tests.conftest import ROOT
+    from tests.test_models_config import ROUTER, two_models
+
+    raw = two_models(spark_raw)
+    raw["router"] = ROUTER
+    cfg = load_stack_config(raw)
+    spec = router_spec(cfg, STACK)
+    assert spec is not None
+    asked: list[tuple[str, str]] = []
+
+    def runner(target: Any, command: str, **_: Any) -> subprocess.CompletedProcess[str]:
+        asked.append((target.host, command))
+        return subprocess.CompletedProcess([], 0, "", "")
+
+    found = drift.check(cfg, STACK, prepare_ssh_access(cfg, STACK, ROOT), runner)
+    head = cfg.head_node.ssh.host
+    assert [h for h, c in asked if f"container.{spec.name}=" in c] == [head]
+    mine = [d for d in found if spec.name in d.detail]
+    assert [(d.node, d.what) for d in mine] == [("spark-1", "container missing")]

@@ -17,6 +17,7 @@ from sparkvllm.config import PROJECT, NodeConfig, StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.probes import script
 from sparkvllm.specs import containers, plans, weights
+from sparkvllm.specs import router_container as router_specs
 from sparkvllm.specs.commands import CommandSpec, fingerprint_script, ray_ready
 from sparkvllm.specs.containers import NATIVE, RAY, SPEC_LABEL, ContainerSpec
 from sparkvllm.specs.output import key_values, last_json
@@ -135,22 +136,8 @@ def deployed_launcher(cfg: StackConfig, stack: str, last: dict[str, Any], head: 
 def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
     """Prints `container.<name>=<status> <exit> <spec> <image>` (or `absent`) for each
     expected container, and the node's image ID and fingerprint."""
-    fmt = shlex.quote(
-        f'{{{{.State.Status}}}} {{{{.State.ExitCode}}}} {{{{index .Config.Labels "{SPEC_LABEL}"}}}}'
-        " {{.Image}} {{.RestartCount}} {{.State.OOMKilled}}"
-    )
     ref = shlex.quote(cfg.image.local_ref)
-    lines = []
-    for name in read_containers(cfg, stack)[node.name]:
-        lines += [
-            f"c=$(docker inspect -f {fmt} {name} 2>/dev/null || echo absent)",
-            f'echo container.{name}="$c"',
-            # Why a container stopped: its last log line.
-            (
-                f'case "$c" in running*|absent) ;; *) echo container_log.{name}='
-                f'"$({telling_log_line(name)})";; esac'
-            ),
-        ]
+    lines = _container_lines(read_containers(cfg, stack)[node.name])
     lines += [
         f"echo image.id=$(docker image inspect --format '{{{{.Id}}}}' {ref} 2>/dev/null)",
         f"echo image.fingerprint=$({fingerprint_script(cfg.image.local_ref)})",
@@ -161,6 +148,51 @@ def state_command(cfg: StackConfig, stack: str, node: NodeConfig) -> str:
         weights.weights_state(cfg),
     ]
     return "\n".join(lines)
+
+
+def _container_lines(names: list[str]) -> list[str]:
+    """Bash printing `container.<name>=<status> <exit> <spec> <image> <restarts> <oom>` (or
+    `absent`) for each name, and the telling log line of each that is not running."""
+    fmt = shlex.quote(
+        f'{{{{.State.Status}}}} {{{{.State.ExitCode}}}} {{{{index .Config.Labels "{SPEC_LABEL}"}}}}'
+        " {{.Image}} {{.RestartCount}} {{.State.OOMKilled}}"
+    )
+    lines = []
+    for name in names:
+        lines += [
+            f"c=$(docker inspect -f {fmt} {name} 2>/dev/null || echo absent)",
+            f'echo container.{name}="$c"',
+            # Why a container stopped: its last log line.
+            (
+                f'case "$c" in running*|absent) ;; *) echo container_log.{name}='
+                f'"$({telling_log_line(name)})";; esac'
+            ),
+        ]
+    return lines
+
+
+def router_spec(cfg: StackConfig, stack: str) -> ContainerSpec | None:
+    """The router's container on the stack's head (None: the stack has no router)."""
+    if cfg.router is None:
+        return None
+    return router_specs.router_container(cfg, cfg.router, stack)
+
+
+def router_state_command(cfg: StackConfig, stack: str) -> str:
+    """Bash (on the stack's head) printing the router container's state line."""
+    spec = router_spec(cfg, stack)
+    return "\n".join(_container_lines([spec.name] if spec else []))
+
+
+def router_drift(cfg: StackConfig, stack: str, got: NodeLive | None) -> list[Drift]:
+    """The router gone, stopped or on another config than the stack's (`got`: what the
+    head reported for it; its own image is the router's, not the models')."""
+    spec = router_spec(cfg, stack)
+    if spec is None or got is None:
+        return []
+    if got.error:
+        return [Drift(cfg.head, "unreachable", f"{got.error}; fix: check the node")]
+    return _containers_drift(cfg.image.ref, cfg.head, [spec], NodeLive(containers=got.containers))
 
 
 def telling_log_line(container: str) -> str:

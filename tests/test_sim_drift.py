@@ -126,11 +126,14 @@ FAULTS: dict[str, Fault] = {
 # them), healed by one `up`. Every fault of FAULTS is in exactly one round. Two rounds, as
 # few as the faults allow: image and weights have two faults each, and the server hung
 # and stopped cannot both be (the drift check names a hung server only while it runs).
+# The worker's image is removed while its Ray container still runs (as `docker rmi -f`
+# does it there: the tag goes, the layers stay under the container), then the container:
+# the heal sends only what the worker lacks (the whole image is sent by the first deploy).
 ROUNDS: dict[str, list[str]] = {
-    "the server hung, the Ray head restarted, a worker's Ray and image gone, its weights "
+    "the server hung, the Ray head restarted, a worker's image and Ray gone, its weights "
     "truncated": [
-        "model server hung", "ray head container restarted", "worker container removed",
-        "image removed from a worker", "weights truncated on a worker",
+        "model server hung", "ray head container restarted", "image removed from a worker",
+        "worker container removed", "weights truncated on a worker",
     ],
     "the server stopped, a worker node restarted, its image replaced, its weights "
     "deleted": [

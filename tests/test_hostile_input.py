@@ -71,6 +71,17 @@ OPTIONAL = (
     "vllm.env.EXTRA",
     "nccl.host_path",
 )
+# The same, for a set of models (Pulumi.spark-models.yaml) behind a router.
+OPTIONAL_SET = (
+    "endpoint_host",
+    "models[1].hub_endpoint",
+    "models[1].vllm.reasoning_parser",
+    "models[1].vllm.tool_call_parser",
+    "models[1].vllm.extra_args[0]",
+    "models[1].vllm.env.EXTRA",
+    "router.image.tarball",
+)
+ROUTER = {"image": {"ref": "ghcr.io/berriai/litellm:v1.108.7-stable", "source": "pull"}}
 
 
 def stack_raw(stack: str) -> dict[str, Any]:
@@ -232,13 +243,18 @@ def words_of(box: sandbox.Sandbox) -> list[str]:
 # --- the tests ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("stack", ["spark", "sim"])
+@pytest.mark.parametrize("stack", ["spark", "sim", "spark-models"])
 def test_hostile_values_are_refused_or_stay_one_literal_argument(
     stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every string of the stack file (spark-models: a set of two models, given a router),
+    and the optional ones it leaves out."""
     # With the host's NCCL: its path reaches the preflight script and every container.
     base = {**stack_raw(stack), "nccl": {"library": "host"}}
-    paths = [*string_paths(base), *OPTIONAL]
+    optional = OPTIONAL
+    if stack == "spark-models":
+        base["router"], optional = ROUTER, OPTIONAL_SET
+    paths = [*string_paths(base), *optional]
     problems: list[str] = []
     accepted: list[tuple[str, str]] = []
     for path in paths:

@@ -137,7 +137,8 @@ def spec_digest(spec: ContainerSpec) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _labelled(spec: ContainerSpec) -> ContainerSpec:
+def with_spec_label(spec: ContainerSpec) -> ContainerSpec:
+    """`spec` labelled with its own digest (SPEC_LABEL): what the drift check compares."""
     return replace(spec, labels={**spec.labels, SPEC_LABEL: spec_digest(spec)})
 
 
@@ -210,7 +211,7 @@ def _ray_container(
         f"--num-gpus={node.gpus}",
         "--disable-usage-stats",
     )
-    return _labelled(
+    return with_spec_label(
         ContainerSpec(
             name=container_name(stack, role, None if role == "ray-head" else node.name),
             resource_name=resource,
@@ -464,7 +465,7 @@ def model_server(cfg: StackConfig, stack: str, launcher: str = RAY) -> Container
     }
     # Healthy means it generates: /health stays 200 while the engine is stuck.
     health_test = ("CMD", "python3", "-c", answers_check(cfg.ports.api, cfg.model.name_for_clients))
-    return _labelled(
+    return with_spec_label(
         ContainerSpec(
             name=container_name(stack, scoped(cfg, "model-server")),
             resource_name=scoped(cfg, "model-server-container"),
@@ -499,7 +500,7 @@ def vllm_rank(cfg: StackConfig, stack: str, node: NodeConfig) -> ContainerSpec:
     """A worker rank of vLLM's own launcher: `vllm serve --headless` with this node's rank
     and its OWN cluster-link environment (no Ray: nothing carries the head's values over).
     It joins rank 0 at ports.master and retries until rank 0 listens; it serves no API."""
-    return _labelled(
+    return with_spec_label(
         ContainerSpec(
             name=container_name(stack, scoped(cfg, "rank"), node.name),
             resource_name=scoped(cfg, f"rank-{node.name}-container"),

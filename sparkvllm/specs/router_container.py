@@ -19,7 +19,7 @@ from sparkvllm.config import RouterConfig, StackConfig
 from sparkvllm.config.stack import model_nodes, model_ports
 from sparkvllm.probes import script
 from sparkvllm.specs.commands import CommandSpec, image_obtain
-from sparkvllm.specs.containers import ContainerSpec, _labelled, container_name, labels
+from sparkvllm.specs.containers import ContainerSpec, container_name, labels, with_spec_label
 from sparkvllm.specs.ssh import url_host
 
 ROLE = "router"
@@ -70,7 +70,7 @@ def router_container(cfg: StackConfig, router: RouterConfig, stack: str) -> Cont
         f'printf "%s" "${CONFIG_VARIABLE}" > {CONFIG_FILE} && exec litellm --config '
         f"{CONFIG_FILE} --host 0.0.0.0 --port {router.port}"
     )
-    return _labelled(
+    return with_spec_label(
         ContainerSpec(
             name=container_name(stack, ROLE),
             resource_name="router-container",

@@ -251,7 +251,7 @@ def test_hostile_values_are_refused_or_stay_one_literal_argument(
     and the optional ones it leaves out."""
     # With the host's NCCL: its path reaches the preflight script and every container.
     base = {**stack_raw(stack), "nccl": {"library": "host"}}
-    optional = OPTIONAL
+    optional: tuple[str, ...] = OPTIONAL
     if stack == "spark-models":
         base["router"], optional = ROUTER, OPTIONAL_SET
     paths = [*string_paths(base), *optional]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,8 +168,12 @@ def test_a_cut_connection_fails_every_end_and_the_stream_is_not_whole(tmp_path: 
     part = tmp_path / "part"
     split, join, hands, _, said = stripe(tmp_path, DATA, 3, carry="head -c 100000", into=(part, 0))
     assert split == 1 and join == 1 and hands == [1, 1, 1]
-    # The sender names the cut one; it ends at once, so the joiner may see any cut first.
-    assert "here/1: [Errno 32] Broken pipe" in said and ": cut off (" in said
+    # Which end notices first is a race: the sender gives up at the first connection it
+    # cannot write to (the cut one, or one whose far end already ended with the joiner)
+    # and ends at once, so another connection's end may see its own stream cut off first.
+    # Every end fails either way (above), and each says so.
+    assert re.search(r"here/\d: \[Errno 32\] Broken pipe", said), said
+    assert re.search(r"connection \d: cut off \(\d+ of \d+ bytes\)", said), said
     written = part.read_bytes()
     assert len(written) < len(DATA) and DATA.startswith(written)  # a prefix: it resumes
     assert not (tmp_path / "far").exists()

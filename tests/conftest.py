@@ -344,25 +344,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # priority and the one that runs them takes the normal one back at its first sim
         # test, so the other tests use the time the sim's leave (waits, sleeps) instead of
         # slowing them down.
-        _lowest_priority()
-
-
-def _lowest_priority() -> None:
-    """This process (and what it starts) runs only on a CPU nothing else wants: Linux's
-    SCHED_IDLE, below every nice level. Nice 19 is not low enough: Ray starts its worker
-    processes (the sim's vLLM ranks under Ray) at nice 15 (the raylet's worker_niceness),
-    and CFS gives nice 19 a third of what it gives nice 15."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
         os.nice(19)
 
 
 def _normal_priority() -> None:
     """This process (and what it starts from now on) back at the normal priority (as
     root; elsewhere it keeps the one it has)."""
-    with contextlib.suppress(AttributeError, OSError):
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     with contextlib.suppress(PermissionError):
         os.setpriority(os.PRIO_PROCESS, 0, 0)
 

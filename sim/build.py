@@ -303,8 +303,9 @@ def ensure_images(runner: Runner, paths: StatePaths, timer: Timer) -> BuiltImage
     """Build whatever image is missing; return the tags. Existing tags are reused.
 
     The base comes first; the node, vLLM and router images (all FROM it) build side by
-    side: the vLLM image's install is mostly waiting on downloads, and the node's and the
-    router's builds (about 70 s each on a fresh machine) finish inside it."""
+    side, the node's and the router's (about 70 s each alone on a fresh machine) inside
+    the vLLM image's. On two cores they share the CPU: 559 s side by side against 590 one
+    after another (CONTRIBUTING.md)."""
     mirrors = host_mirrors()
     base = base_recipe(mirrors)
     if not image_exists(runner, base.tag):

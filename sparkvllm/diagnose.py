@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sparkvllm.config import StackConfig, is_secret_name
-from sparkvllm.config.stack import may_run_ray, model_label
+from sparkvllm.config.stack import model_label, ray_heads
 from sparkvllm.drift import Runner, last_outputs, link_drift, read_findings, read_links
 from sparkvllm.remote import run_ssh
 from sparkvllm.specs import containers, drift_rules
@@ -93,11 +93,6 @@ def collect_command(cfg: StackConfig, stack: str, node_name: str) -> str:
         f"echo {shlex.quote('=== ' + name)}; {{ {command}; }} 2>&1 || true"
         for name, command in sections.items()
     )
-
-
-def ray_heads(cfg: StackConfig) -> set[str]:
-    """The node that heads Ray where a model may run on it (the Ray model's rank 0)."""
-    return {cfg.for_model(m).head for m in cfg.served if may_run_ray(cfg, m)}
 
 
 def split_sections(stdout: str) -> dict[str, str]:

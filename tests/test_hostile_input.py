@@ -36,6 +36,7 @@ from sparkvllm.specs.ssh import SshOptions, SshTarget
 from tests import sandbox
 from tests.conftest import ROOT, TEST_HF_TOKEN, TEST_PRIVATE_KEY, stack_file
 from tests.pulumi_mocks import NodeAnswers, RecordingMonitor, Registration, apply_program
+from tests.test_models_config import ROUTER
 
 pytestmark = pytest.mark.skipif(bool(sandbox.available()), reason=sandbox.available() or "")
 
@@ -81,7 +82,6 @@ OPTIONAL_SET = (
     "models[1].vllm.env.EXTRA",
     "router.image.tarball",
 )
-ROUTER = {"image": {"ref": "ghcr.io/berriai/litellm:v1.108.7-stable", "source": "pull"}}
 
 
 def stack_raw(stack: str) -> dict[str, Any]:

@@ -462,11 +462,17 @@ def _models_issues(cfg: StackConfig) -> Iterable[Issue]:
     yield from _ssh_port_issues(cfg)
 
 
-def may_run_ray(cfg: StackConfig, model: ServedModel) -> bool:
+def _may_run_ray(cfg: StackConfig, model: ServedModel) -> bool:
     """Whether a model's nodes may run Ray: launcher ray, or auto in the single form (in a
     set, auto means native)."""
     launcher = model.parallelism.launcher
     return launcher == "ray" or (cfg.single_form and launcher == "auto")
+
+
+def ray_heads(cfg: StackConfig) -> list[str]:
+    """The node that heads Ray for each model that may run on it (its rank 0): at most one
+    in a set (_set_issues), the stack's head for a single model under ray or auto."""
+    return [cfg.for_model(m).head for m in cfg.served if _may_run_ray(cfg, m)]
 
 
 def _ports_bound(cfg: StackConfig) -> dict[str, dict[int, str]]:
@@ -474,15 +480,11 @@ def _ports_bound(cfg: StackConfig) -> dict[str, dict[int, str]]:
     the key that sets each: each model's API and rendezvous ports on its rank 0, Ray's on
     the Ray model's head, the router's on the stack's head."""
     bound: dict[str, dict[int, str]] = {n.name: {} for n in cfg.nodes}
-    for i, m in enumerate(cfg.served):
-        view = cfg.for_model(m)
-        own = m.ports is not None
-        for what, port in (("api", view.ports.api), ("master", view.ports.master)):
-            key = model_path(cfg, i, f"ports.{what}") if own else f"ports.{what}"
-            bound.setdefault(view.head, {}).setdefault(port, key)
-        if may_run_ray(cfg, m):
-            for port, key in _ray_ports(cfg).items():
-                bound.setdefault(view.head, {}).setdefault(port, key)
+    for i, _, port, key in _model_ports_held(cfg):
+        bound.setdefault(cfg.for_model(cfg.served[i]).head, {}).setdefault(port, key)
+    for head in ray_heads(cfg):
+        for port, key in _ray_ports(cfg).items():
+            bound.setdefault(head, {}).setdefault(port, key)
     if cfg.router is not None:
         bound[cfg.head].setdefault(cfg.router.port, "router.port")
     return bound
@@ -493,7 +495,7 @@ def _ssh_port_issues(cfg: StackConfig) -> Iterable[Issue]:
     the cluster link) is no port a server of the stack listens on there: that server would
     fail to bind after the images and weights were sent."""
     bound = _ports_bound(cfg)
-    ray_nodes = {n.name for m in cfg.served if may_run_ray(cfg, m) for n in model_nodes(cfg, m)}
+    ray_nodes = {n.name for m in cfg.served if _may_run_ray(cfg, m) for n in model_nodes(cfg, m)}
     for i, n in enumerate(cfg.nodes):
         owner = bound[n.name].get(n.ssh.port)
         if owner is None and n.name in ray_nodes:

@@ -20,7 +20,7 @@ import shlex
 from dataclasses import asdict, dataclass, replace
 
 from sparkvllm.config import HOST_NCCL_ENV, HOST_NCCL_IN_CONTAINER, NodeConfig, StackConfig
-from sparkvllm.config.stack import may_run_ray
+from sparkvllm.config.stack import ray_heads
 from sparkvllm.specs.environment import HF_HOME, NON_CARRY_OVER, node_env, rdma_enabled
 from sparkvllm.specs.health import ANSWER_TIMEOUT_S, answers_check
 from sparkvllm.specs.scope import scoped
@@ -252,7 +252,7 @@ def exposure_warnings(cfg: StackConfig) -> list[str]:
                 "api_key: anyone who reaches that port can use the model; fix: `pulumi config "
                 "set --secret api_key $(openssl rand -hex 32)`"
             )
-    rays = [cfg.for_model(m).head for m in cfg.served if may_run_ray(cfg, m)]
+    rays = ray_heads(cfg)
     if cfg.expose_ray_dashboard and rays:
         out.append(
             f"the Ray dashboard listens on 0.0.0.0:{cfg.ports.ray_dashboard} of {rays[0]} "

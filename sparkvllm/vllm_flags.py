@@ -166,3 +166,20 @@ def extra_args_problems(args: list[str]) -> list[tuple[int, str, str]]:
                 out.append((i, f"{read}, which the program sets ({why})", "remove it"))
             break
     return out
+
+
+# The owned options that take no value (argparse store_true and their --no- negations).
+BOOLEAN_OPTIONS = frozenset(
+    {
+        "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-auto-tool-choice",
+        "--no-enable-auto-tool-choice", "--enable-expert-parallel",
+        "--no-enable-expert-parallel", "-ep", "--language-model-only",
+        "--no-language-model-only", "--headless",
+    }
+)  # fmt: skip
+
+
+def options_read(word: str) -> list[str]:
+    """The options of ours (owned or secret) vLLM's parser reads the flag `word` as: one, or
+    several when it is an ambiguous abbreviation, or none."""
+    return _reads_as(_key(word))

@@ -110,7 +110,6 @@ class ParallelismConfig(_Closed):
 
 KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"]
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
-LoadFormat = Literal["auto", "safetensors", "fastsafetensors", "pt", "dummy"]
 
 
 class VllmConfig(_Closed):
@@ -131,9 +130,13 @@ class VllmConfig(_Closed):
     )
     dtype: Dtype = Field("auto", description="--dtype (weights/activations).")
     kv_cache_dtype: KvCacheDtype = Field("auto", description="--kv-cache-dtype, e.g. fp8.")
-    load_format: LoadFormat = Field(
+    load_format: str = Field(
         "auto",
-        description="--load-format; fastsafetensors loads big models much faster.",
+        description="--load-format: a model loader's name, e.g. auto, safetensors, "
+        "fastsafetensors (loads big models much faster), instanttensor, runai_streamer. "
+        "vLLM takes any registered loader's name (plugins add loaders) and checks it at "
+        "start.",
+        pattern=_PLUGIN_NAME.pattern,
     )
     enable_prefix_caching: bool = Field(False, description="--enable-prefix-caching.")
     reasoning_parser: str | None = Field(

@@ -6,6 +6,8 @@ model. No node is contacted: the command reads files only."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import re
 import subprocess
 import sys
@@ -110,6 +112,7 @@ def test_a_sparkrun_recipe_with_every_field(capsys: pytest.CaptureFixture[str]) 
             "metadata",
             "description",
             "runtime_version",
+            "sparkrun_version",
             "name",
         ]
     )
@@ -386,6 +389,14 @@ BAD: list[tuple[str, str, str]] = [
     ),
     ("env: a shell expansion", "model: a/b\nenv: {X: '$(reboot)'}\n", "env.X = '$(reboot)'"),
     (
+        "eugr env: a quote that ends eugr's export",
+        (
+            'recipe_version: "1"\nname: n\ncontainer: c\ncommand: vllm serve a/b\n'
+            "env: {X: 'a\"; reboot; \"'}\n"
+        ),
+        "env.X = 'a\"; reboot; \"': eugr writes",
+    ),
+    (
         "env: a per-node variable",
         "model: a/b\nenv: {NCCL_SOCKET_IFNAME: eth0}\n",
         "env.NCCL_SOCKET_IFNAME = 'eth0': the program sets this variable itself",
@@ -641,3 +652,55 @@ def test_config_errors_carry_the_recipe_field() -> None:
     with pytest.raises(ConfigError) as e:
         mapping.checked(got, None)
     assert e.value.issues[0].path == "command word 4 (models[].vllm.max_model_len)"
+
+
+# --- hostile values ----------------------------------------------------------------------
+
+
+def _string_leaves(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _string_leaves(v, (*path, k))]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _string_leaves(v, (*path, i))]
+    return [path] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
+
+
+def _with(doc: Any, path: tuple[Any, ...], payload: str) -> Any:
+    doc = copy.deepcopy(doc)
+    node = doc
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = payload
+    return doc
+
+
+@pytest.mark.parametrize("fixture", ["sparkrun-every-field.yaml", "eugr-every-field.yaml"])
+def test_hostile_values_in_every_field_are_refused_or_stay_literal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fixture: str
+) -> None:
+    """Each of the hostile-input payloads in each value of the recipe (the command, every
+    default the template fills, env, the fields without a place): refused in one line
+    naming a field (exit 2, nothing on stdout), or imported as a config the stack's rules
+    accept, which the hostile-input suite shows runs no value as a command."""
+    from tests.test_hostile_input import CANARY, PAYLOADS
+
+    doc = yaml.safe_load((FIXTURES / fixture).read_text())
+    paths = _string_leaves(doc)
+    assert len(paths) > 15
+    accepted = 0
+    for path, payload in itertools.product(paths, PAYLOADS):
+        recipe = write(tmp_path, yaml.safe_dump(_with(doc, path, payload)))
+        code, out, err = run(capsys, "import", recipe, "--hf-cache", HF)
+        where = ".".join(map(str, path))
+        if code == 2:
+            assert out == "" and len(err) == 1 and err[0].startswith("recipes: "), (where, err)
+            assert " = " in err[0] and ". Fix: " in err[0], (where, err)
+            continue
+        assert code == 0, (where, payload, err)
+        accepted += 1
+        raw = {k.split(":", 1)[1]: v for k, v in yaml.safe_load(out)["config"].items()}
+        model = ServedModel.model_validate(raw["models"][0])
+        if CANARY in out and path[0] in ("command", "defaults"):
+            # only as one whole argv word of extra_args (vLLM reads it as a value)
+            assert any(CANARY in w for w in model.vllm.extra_args), (where, payload)
+    assert 0 < accepted < len(paths) * len(PAYLOADS)

@@ -152,7 +152,7 @@ def read(path: Path, overrides: dict[str, str] | None = None) -> Recipe:
     doc = load_yaml_file(path, "recipe")
     if not doc:
         raise RecipeError("recipe", str(path), "it is empty", "write a recipe in it")
-    version = doc.get("recipe_version", doc.get("sparkrun_version"))
+    version = doc.get("recipe_version")  # sparkrun reads no other (recipe.py 578)
     dialect = EUGR if str(version) == "1" else SPARKRUN
     if version is not None and str(version) not in ("1", "2"):
         raise RecipeError(
@@ -213,7 +213,9 @@ def _check_type(key: str, value: Any, kind: str) -> None:
             and isinstance(value, int)
             and not isinstance(value, bool)
         ),
-        _INT: isinstance(value, int) and not isinstance(value, bool),
+        # sparkrun coerces min_nodes with int() (recipe.py 591), so "2" is 2 there too
+        _INT: (isinstance(value, int) and not isinstance(value, bool))
+        or (key == "min_nodes" and isinstance(value, str) and value.strip().isdigit()),
         _BOOL: isinstance(value, bool),
         _MAP: isinstance(value, dict),
         _LIST: isinstance(value, list),

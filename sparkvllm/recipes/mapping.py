@@ -215,6 +215,7 @@ def _mapped_fields(recipe: Recipe, out: Imported) -> None:
         "metadata": "is information (VRAM figures, description); not carried over",
         "description": "is information; not carried over",
         "runtime_version": "is information; not carried over",
+        "sparkrun_version": "is information; not carried over",
         "mode": "is carried as a check on the node count only",
         "name": "is the recipe's display name (--name gives the model's short name)",
     }
@@ -412,8 +413,10 @@ def _node_range(recipe: Recipe) -> tuple[int, int | None, str]:
     f = recipe.fields
     low, high = int(f.get("min_nodes") or 1), f.get("max_nodes")
     said = "min_nodes/max_nodes"
-    if f.get("mode") == "solo" or f.get("solo_only"):
-        high, said = 1, "solo_only" if f.get("solo_only") else "mode: solo"
+    if f.get("mode") == "solo":  # recipe.py 593: both become 1
+        low, high, said = 1, 1, "mode: solo"
+    if f.get("solo_only"):
+        high, said = 1, "solo_only"
     if f.get("cluster_only") or f.get("mode") == "cluster":
         low, said = max(low, 2), "cluster_only" if f.get("cluster_only") else "mode: cluster"
     if f.get("mode") not in (None, "auto", "solo", "cluster"):
@@ -460,17 +463,22 @@ def _env(recipe: Recipe, out: Imported) -> None:
                 where, _brief(value), "an environment value is one string", "give one value"
             )
         text = str(value)
-        if "$" in text or "`" in text:
+        # eugr writes `export K="V"` into a bash script: `"`, `$`, `` ` `` and `\` act
+        # there (a `"` ends the quotes and what follows runs). sparkrun passes `docker run
+        # -e 'K=V'` quoted, after os.path.expandvars on this machine: `$` acts.
+        special = '"$`\\' if recipe.dialect == EUGR else "$"
+        if any(c in text for c in special):
             tool = (
-                'eugr writes `export K="V"` into a bash script'
+                'eugr writes `export K="V"` into a bash script, where it would be shell '
+                "syntax (a command could run)"
                 if recipe.dialect == EUGR
                 else "sparkrun expands $VAR from this machine's environment"
             )
             raise RecipeError(
                 where,
                 text,
-                f"{tool}, so its value would be another here, where values are kept as given",
-                "write the value out",
+                f"{tool}; here values are kept as given, so the recipe would mean another",
+                "write the value out, without " + " ".join(special),
             )
         if key in RESERVED_ENV:
             raise RecipeError(
@@ -705,9 +713,9 @@ def to_recipe(
         ("distribution", model.distribution, "copy_from_head"),
         ("nccl_debug", v.nccl_debug, "INFO"),
     )
-    for key, value, unset in stack_fields:
-        if value != unset:
-            block[key] = value
+    for name, given, default in stack_fields:
+        if given != default:
+            block[name] = given
     image = {
         k: v
         for k, v in cfg.image.model_dump().items()

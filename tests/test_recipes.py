@@ -182,7 +182,7 @@ defaults:
         ("vllm-distributed", "", "native"),
         ("vllm", "", "native"),
         ("vllm", "--distributed-executor-backend ray", "ray"),
-        ("", "--distributed-executor-backend=ray", "ray"),
+        ("", "--distributed-executor-backend ray", "ray"),
         ("eugr-vllm", "", "ray"),
     ],
 )
@@ -195,6 +195,19 @@ def test_the_runtime_decides_the_launcher_never_auto(
     assert config["spark-vllm:models"][0]["parallelism"]["launcher"] == launcher
     config, _ = imported(capsys, write(tmp_path, text), "--hf-cache", HF, "--launcher", "native")
     assert config["spark-vllm:models"][0]["parallelism"]["launcher"] == "native"
+
+
+def test_sparkrun_ray_hints_are_its_own(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """recipe.py _resolve_vllm_variant: the backend default in any case, -o included; the
+    template's flag with a space only. A backend the launcher contradicts is refused."""
+    text = "model: a/b\ncommand: vllm serve a/b -tp 2\n"
+    config, _ = imported(capsys, write(tmp_path, text), "--hf-cache", HF,
+                         "--set", "distributed_executor_backend=Ray")  # fmt: skip
+    assert config["spark-vllm:models"][0]["parallelism"]["launcher"] == "ray"
+    text = "model: a/b\ncommand: vllm serve a/b -tp 2 --distributed-executor-backend=ray\n"
+    line = refused(capsys, "import", write(tmp_path, text), "--hf-cache", HF)
+    assert "command word 6 = '--distributed-executor-backend ray'" in line
+    assert "vllm-distributed" in line
 
 
 @pytest.mark.parametrize(
@@ -371,7 +384,7 @@ BAD: list[tuple[str, str, str]] = [
     ("an ambiguous flag", "model: a/b\ncommand: vllm serve a/b --enable\n", "abbreviation"),
     ("a file of options", "model: a/b\ncommand: vllm serve a/b --config c.yaml\n", "--config"),
     ("two models", "model: a/b\ncommand: vllm serve c/d\n", "model = 'a/b': the command serves"),
-    ("a bad number", "model: a/b\ncommand: vllm serve a/b -tp two\n", "-tp takes int"),
+    ("a bad number", "model: a/b\ncommand: vllm serve a/b -tp two\n", "-tp takes a number"),
     (
         "memory over 0.9",
         "model: a/b\ncommand: vllm serve a/b --gpu-memory-utilization 0.95\n",

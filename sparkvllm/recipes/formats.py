@@ -17,7 +17,6 @@ as it is and never through a shell."""
 from __future__ import annotations
 
 import re
-import shlex
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +112,7 @@ _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # bash turns `\<newline>` into nothing (a line continuation); sparkrun first mends
 # `\ <newline>` (recipe.py _TRAILING_SPACE_CONTINUATION_RE).
 _TRAILING_SPACE_CONTINUATION = re.compile(r"\\ +\n")
+_RAY_BACKEND = re.compile(r"--distributed-executor-backend\s+ray\b")  # recipe.py 31
 
 
 class RecipeError(ConfigError):
@@ -138,6 +138,10 @@ class Recipe:
     # Template values a command without a template would have used (sparkrun only):
     # defaults with no flag in VLLM_FLAG_MAP, which sparkrun leaves out.
     unused_defaults: list[str] = field(default_factory=list)
+    # sparkrun's Ray hints for a runtime `vllm` or none (recipe.py _resolve_vllm_variant):
+    # the effective distributed_executor_backend default is ray (any case), or the command
+    # TEMPLATE holds `--distributed-executor-backend ray` (a space, not `=`).
+    ray_hint: bool = False
 
     @property
     def what(self) -> str:
@@ -149,6 +153,16 @@ def read(path: Path, overrides: dict[str, str] | None = None) -> Recipe:
     """The recipe at `path`, its template filled from `defaults` (and `overrides`, as
     sparkrun's `-o key=value` and eugr's CLI flags fill it first). RecipeError names the
     first problem."""
+    try:
+        return _read(path, overrides or {})
+    except RecursionError:
+        raise RecipeError(
+            "recipe", str(path), "its YAML is nested too deeply to read",
+            "write a recipe (a mapping of the format's fields)",
+        ) from None  # fmt: skip
+
+
+def _read(path: Path, overrides: dict[str, str]) -> Recipe:
     doc = load_yaml_file(path, "recipe")
     if not doc:
         raise RecipeError("recipe", str(path), "it is empty", "write a recipe in it")
@@ -165,7 +179,7 @@ def read(path: Path, overrides: dict[str, str] | None = None) -> Recipe:
     for key, value in doc.items():
         if key not in known:
             raise RecipeError(
-                str(key),
+                field_name(key),
                 _short(value),
                 f"a {dialect} recipe has no such field",
                 f"remove it or fix its spelling; the fields are {', '.join(known)}",
@@ -187,7 +201,7 @@ def read(path: Path, overrides: dict[str, str] | None = None) -> Recipe:
             "a sparkrun recipe requires it",
             "add the Hugging Face id, e.g. model: Qwen/Qwen3-4B-Instruct-2507",
         )
-    values = _template_values(doc, dialect, overrides or {})
+    values = _template_values(doc, dialect, overrides)
     unused: list[str] = []
     command = doc.get("command")
     if command is None:  # sparkrun only (eugr requires a command)
@@ -196,8 +210,26 @@ def read(path: Path, overrides: dict[str, str] | None = None) -> Recipe:
         text = _eugr_render(command, values)
     else:
         text = _sparkrun_render(command, values)
+    ray_hint = False
+    if dialect == SPARKRUN:
+        # runtimes/base.py _augment_served_model_name: appended, as text, when missing
+        served = values.get("served_model_name")
+        if served is not None and "--served-model-name" not in text:
+            text = f"{text.rstrip()} --served-model-name {_as_text(served)}"
+        backend = str(values.get("distributed_executor_backend") or "").lower()
+        ray_hint = backend == "ray" or bool(command and _RAY_BACKEND.search(command))
     words = split_command(text)
-    return Recipe(path=path, dialect=dialect, fields=dict(doc), words=words, unused_defaults=unused)
+    return Recipe(
+        path=path, dialect=dialect, fields=dict(doc), words=words, unused_defaults=unused,
+        ray_hint=ray_hint,
+    )  # fmt: skip
+
+
+def field_name(key: Any) -> str:
+    """A recipe key as an error names it: as written, or quoted when it holds a control
+    character (a NUL or an escape sequence would reach the terminal)."""
+    text = str(key)
+    return text if text.isprintable() else repr(text)
 
 
 def _short(value: Any) -> Any:
@@ -215,7 +247,12 @@ def _check_type(key: str, value: Any, kind: str) -> None:
         ),
         # sparkrun coerces min_nodes with int() (recipe.py 591), so "2" is 2 there too
         _INT: (isinstance(value, int) and not isinstance(value, bool))
-        or (key == "min_nodes" and isinstance(value, str) and value.strip().isdigit()),
+        or (
+            key == "min_nodes"
+            and isinstance(value, str)
+            and value.strip().isascii()
+            and value.strip().isdigit()
+        ),
         _BOOL: isinstance(value, bool),
         _MAP: isinstance(value, dict),
         _LIST: isinstance(value, list),
@@ -229,7 +266,10 @@ def _check_type(key: str, value: Any, kind: str) -> None:
         for k in value:
             if not isinstance(k, str):
                 raise RecipeError(
-                    f"{key}.{k}", _short(value[k]), "keys must be strings", "quote the key"
+                    f"{key}.{field_name(k)}",
+                    _short(value[k]),
+                    "keys must be strings",
+                    "quote the key",
                 )
 
 
@@ -242,7 +282,7 @@ def _template_values(
     for key, value in defaults.items():
         if not (value is None or isinstance(value, str | int | float | bool)):
             raise RecipeError(
-                f"defaults.{key}",
+                f"defaults.{field_name(key)}",
                 _short(value),
                 "a template value must be a string, number "
                 "or true/false (the tools insert it as text)",
@@ -318,7 +358,7 @@ def _eugr_render(command: str, values: dict[str, Any]) -> str:
                 "only a plain {key} is filled here",
                 "write {key} with a key of defaults, or a literal brace as {{ or }}",
             )
-        if name not in values or values[name] is None:
+        if name not in values:
             raise RecipeError(
                 "command",
                 f"{{{name}}}",
@@ -326,6 +366,11 @@ def _eugr_render(command: str, values: dict[str, Any]) -> str:
                 "value (run-recipe.py stops: Missing parameter)",
                 f"add defaults.{name}, or give it with --set {name}=VALUE",
             )
+        if values[name] is None:
+            raise RecipeError(
+                f"defaults.{name}", None, "null: run-recipe.py would write the text None "
+                "into the command", f"give defaults.{name} a value",
+            )  # fmt: skip
         out.append(_as_text(values[name]))
     return "".join(out).strip().removesuffix("\\").strip()
 
@@ -348,51 +393,75 @@ def _sparkrun_generated(doc: dict[str, Any], values: dict[str, Any]) -> tuple[st
             words += [flag, _as_text(value)]
     skipped = {"model", "tensor_parallel", "distributed_executor_backend", *SPARKRUN_FLAG_MAP}
     unused = sorted(k for k in values if k not in skipped)
-    return shlex.join(words), unused
+    # base.py: `" ".join(parts)`, values unquoted, then run by bash: split as bash would
+    return " ".join(words), unused
 
 
 def split_command(text: str) -> list[str]:
-    """The argv words bash makes of `text`, refusing anything bash would do beyond splitting
-    and unquoting: this program runs no shell, so `$(...)`, `;`, a glob or `~` would mean
-    one thing to the recipe's tool and another here."""
-    text = text.replace("\\\n", "")
-    quote = ""
-    word_start = True
-    i = 0
-    while i < len(text):
+    """The argv words bash makes of `text` (its quoting: `'...'`, `"..."`, `\\`, and
+    `\\<newline>` continuing a line), refusing anything bash would do beyond splitting and
+    unquoting: this program runs no shell, so `$(...)`, `;`, a glob or `~` would mean one
+    thing to the recipe's tool and another here. (shlex is not bash: it keeps `\\$` in
+    double quotes, splits on a carriage return, and knows no continuation.)"""
+    words: list[str] = []
+    word: list[str] = []
+    started = False  # a word is open (an empty '' is a word)
+    i, n = 0, len(text)
+
+    def refuse(what: str) -> None:
+        _shell_refusal(text, i, what)
+
+    while i < n:
         c = text[i]
-        if quote == "'":
-            quote = "" if c == "'" else quote
-        elif c == "\\":
-            i += 1  # the next character is literal
-            word_start = False
-        elif quote == '"':
-            if c == '"':
-                quote = ""
-            elif c in "$`":
-                _shell_refusal(text, i, "an expansion inside double quotes")
-        elif c in "'\"":
-            quote = c
-        elif c in " \t":
-            word_start = True
+        if (ord(c) < 32 and c not in "\t\n") or c == "\x7f":
+            refuse("a control character")
+        if c in " \t":
+            if started:
+                words.append("".join(word))
+                word, started = [], False
             i += 1
             continue
-        elif c in "$`":
-            _shell_refusal(text, i, "a shell expansion (a variable or a command's output)")
-        elif c in ";&|<>()\n":
-            _shell_refusal(text, i, "a shell operator: the command must be one `vllm serve`")
-        elif c in "*?[{}" or (c in "#~" and word_start):
-            _shell_refusal(text, i, "bash would expand it (a glob, a brace list, ~ or a comment)")
-        word_start = False
+        at_start = not started or (word and word[-1] in "=:")
+        started = True
+        if c == "\\":
+            if i + 1 < n and text[i + 1] == "\n":
+                started = bool(word)  # a continuation: no character
+            elif i + 1 < n:
+                word.append(text[i + 1])
+            i += 2
+            continue
+        if c == "'":
+            close = text.find("'", i + 1)
+            if close < 0:
+                refuse("a ' quote never closed")
+            word.append(text[i + 1 : close])
+            i = close + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] in "$`":
+                    refuse("an expansion inside double quotes")
+                if text[i] == "\\" and i + 1 < n and text[i + 1] in '$`"\\\n':
+                    word.append("" if text[i + 1] == "\n" else text[i + 1])
+                    i += 2
+                    continue
+                word.append(text[i])
+                i += 1
+            if i >= n:
+                refuse('a " quote never closed')
+            i += 1
+            continue
+        if c in "$`":
+            refuse("a shell expansion (a variable or a command's output)")
+        if c in ";&|<>()\n":
+            refuse("a shell operator: the command must be one `vllm serve`")
+        if c in "*?[{}" or (c == "~" and at_start) or (c == "#" and not word):
+            refuse("bash would expand it (a glob, a brace list, ~) or read a comment")
+        word.append(c)
         i += 1
-    if quote:
-        raise RecipeError(
-            "command", _short(text), f"a {quote} quote is never closed", "close the quote"
-        )
-    try:
-        words = shlex.split(text, posix=True)
-    except ValueError as e:
-        raise RecipeError("command", _short(text), str(e), "correct the quoting") from None
+    if started:
+        words.append("".join(word))
     if words[:2] != ["vllm", "serve"]:
         raise RecipeError(
             "command",
@@ -410,7 +479,7 @@ def _shell_refusal(text: str, i: int, what: str) -> None:
     raise RecipeError(
         "command",
         word[:80],
-        f"{text[i]!r} is {what}; this program passes each word to vLLM "
+        f"{text[i]!r}: {what}; this program passes each word to vLLM "
         "as written, without a shell, so the recipe would mean something else here",
         "write the value out (quote a literal character: '...')",
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,12 +40,26 @@ from sparkvllm.vllm_flags import BOOLEAN_OPTIONS, OWNED_FLAGS, SECRET_FLAGS, opt
 # sparkrun's runtimes (pyproject entry points) and the launcher each one is.
 RUNTIMES = {"vllm-distributed": "native", "vllm-ray": "ray", "eugr-vllm": "ray"}
 _NOT_VLLM = ("sglang", "llama-cpp", "trtllm", "atlas")
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's reading of a token count (engine/arg_utils.py human_readable_int): `32k` is
+    32,000, `32K` 32,768 (and m/M, g/G, t/T); otherwise an integer."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", text.strip())
+    if not m:
+        return int(text)
+    number, suffix = m.groups()
+    if suffix.islower():
+        return int(float(number) * 10 ** (3 * "kmgt".index(suffix) + 3))
+    return int(number) * 2 ** (10 * "KMGT".index(suffix) + 10)
+
+
 # Typed fields and how a command word's value becomes theirs.
-_VALUE_FIELDS: dict[str, tuple[str, type]] = {
+_VALUE_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--gpu-memory-utilization": ("vllm.gpu_memory_utilization", float),
     "--device-memory-utilization": ("vllm.gpu_memory_utilization", float),
-    "--max-model-len": ("vllm.max_model_len", int),
-    "--max-num-batched-tokens": ("vllm.max_num_batched_tokens", int),
+    "--max-model-len": ("vllm.max_model_len", human_readable_int),
+    "--max-num-batched-tokens": ("vllm.max_num_batched_tokens", human_readable_int),
     "--kv-cache-dtype": ("vllm.kv_cache_dtype", str),
     "--dtype": ("vllm.dtype", str),
     "--load-format": ("vllm.load_format", str),
@@ -87,6 +102,10 @@ class Imported:
     warnings: list[str] = field(default_factory=list)
     # Where each entry field came from in the recipe, to name it in an error.
     sources: dict[str, str] = field(default_factory=dict)
+    # The command's --distributed-executor-backend (value, command word), if any.
+    backend: tuple[str, str] | None = None
+    # --speculative-config.KEY values: vLLM applies them after every other argument.
+    speculative_keys: dict[str, Any] = field(default_factory=dict)
 
 
 def _set(out: Imported, path: str, value: Any, source: str) -> None:
@@ -245,21 +264,29 @@ def _brief(value: Any) -> str:
 
 def _command(recipe: Recipe, out: Imported) -> None:
     words = recipe.words[2:]
+    first = 0
+    if words and not words[0].startswith("-"):
+        _set(out, "id", words[0], "command word 3")
+        first = 1
+    elif not any(options_read(w) == ["--model"] for w in words):
+        raise RecipeError(
+            "command",
+            " ".join(recipe.words[:4]),
+            "names no model right after `vllm serve` (after a flag, a word may be its value "
+            "or the model: which, only vLLM's parser knows)",
+            "write the model right after vllm serve",
+        )
     extra: list[str] = []
-    i = 0
+    i = first
     while i < len(words):
         word, where = words[i], f"command word {i + 3}"
         if not word.startswith("-") or re.fullmatch(r"-\d.*", word):
-            if "id" in out.entry or extra:
-                raise RecipeError(
-                    where,
-                    word,
-                    "a second positional argument (vLLM takes one: the model)",
-                    "remove it, or give it to its flag",
-                )
-            _set(out, "id", word, where)
-            i += 1
-            continue
+            raise RecipeError(
+                where,
+                word,
+                "a second positional argument (vLLM takes one: the model)",
+                "remove it, or give it to its flag",
+            )
         found = options_read(word)
         if len(found) > 1:
             raise RecipeError(
@@ -268,7 +295,7 @@ def _command(recipe: Recipe, out: Imported) -> None:
                 f"an abbreviation of {', '.join(sorted(found))}; vLLM stops on it",
                 "write the option out in full",
             )
-        if not found:
+        if not found:  # no typed field owns it: the flag and the values after it
             extra.append(word)
             i += 1
             while i < len(words) and (
@@ -281,6 +308,11 @@ def _command(recipe: Recipe, out: Imported) -> None:
         value: str | None = None
         consumed = 1
         if "=" in word:
+            if flag in BOOLEAN_OPTIONS:
+                raise RecipeError(
+                    where, word, f"{flag} takes no value (vLLM stops on it)",
+                    f"write {flag} alone, or leave it out",
+                )  # fmt: skip
             value = word.split("=", 1)[1]
         elif re.fullmatch(r"-[a-z]\d+", word):
             value = word[2:]  # `-n2`: one-letter options take an attached value
@@ -288,25 +320,43 @@ def _command(recipe: Recipe, out: Imported) -> None:
             if i + 1 >= len(words):
                 raise RecipeError(where, word, "the option has no value", "give its value")
             value, consumed = words[i + 1], 2
+        if flag == "--served-model-name" and i + consumed < len(words):
+            after = words[i + consumed]
+            if not after.startswith("-"):
+                raise RecipeError(
+                    where, f"{word} {value} {after}", "several served names (vLLM answers to "
+                    "each); this program serves a model under one", "keep one name",
+                )  # fmt: skip
         _option(out, flag, word, value, where)
         i += consumed
+    if out.speculative_keys:  # vLLM sets the dotted keys after the whole JSON
+        spec = dict(_get(out, "vllm.speculative_config") or {})
+        spec.update(out.speculative_keys)
+        out.entry.setdefault("vllm", {})["speculative_config"] = spec
     if extra:
         _set(out, "vllm.extra_args", extra, "command")
 
 
+_SUFFIXED = " (e.g. 32768, 32k or 32K)"
+
+
 def _option(out: Imported, flag: str, word: str, value: str | None, where: str) -> None:
+    shown = word if value is None or "=" in word else f"{word} {value}"
     if flag in SECRET_FLAGS:
         raise RecipeError(where, word, "a secret on the command line", SECRET_FLAGS[flag])
-    if flag in _VALUE_FIELDS and value is not None:
+    if flag == "--max-model-len" and value in ("auto", "-1"):
+        raise RecipeError(
+            where, shown, "vLLM then fits the length to the memory at start; this program "
+            "sets a length", "give a number, e.g. --max-model-len 32768",
+        )  # fmt: skip
+    if flag in _VALUE_FIELDS:
         path, kind = _VALUE_FIELDS[flag]
         try:
-            typed: Any = kind(value)
+            typed: Any = kind(str(value))
         except ValueError:
+            suffixed = _SUFFIXED if kind is human_readable_int else ""
             raise RecipeError(
-                where,
-                f"{word} {value}",
-                f"{flag} takes {kind.__name__} here",
-                f"give {path} as a number",
+                where, shown, f"{flag} takes a number", f"give {path} as a number{suffixed}"
             ) from None
         _set(out, path, typed, where)
     elif flag in _FLAG_FIELDS:
@@ -319,94 +369,87 @@ def _option(out: Imported, flag: str, word: str, value: str | None, where: str) 
     elif flag in ("--data-parallel-size", "-dp"):
         if value != "1":
             raise RecipeError(
-                where,
-                f"{word} {value}",
-                "data parallelism (several copies "
-                "of the model) has no place here: tensor x pipeline uses every "
-                "GPU",
+                where, shown, "data parallelism (several copies of the model) has no place "
+                "here: tensor x pipeline uses every GPU",
                 "remove it, or serve the copies as models of a set",
-            )
+            )  # fmt: skip
     elif flag == "--distributed-executor-backend":
-        _set(out, "launcher_hint", value, where)
+        out.backend = (str(value), where)
     elif flag == "--host":
         if value not in _ANY_HOST:
             raise RecipeError(
-                where,
-                f"{word} {value}",
-                "the program binds every address "
-                "(0.0.0.0) so the router and clients reach the server",
-                "remove --host or give 0.0.0.0",
-            )
+                where, shown, "the program binds every address (0.0.0.0) so the router and "
+                "clients reach the server", "remove --host or give 0.0.0.0",
+            )  # fmt: skip
+    elif flag in ("--spec-method", "--spec-model", "--spec-tokens"):
+        raise RecipeError(
+            where, shown, f"{flag} is a short form of --speculative-config",
+            "write --speculative-config '{\"method\": ..., \"num_speculative_tokens\": ...}'",
+        )  # fmt: skip
     elif flag in _PER_NODE:
         raise RecipeError(
-            where,
-            word,
-            f"{flag} is set on each node by the launcher",
+            where, word, f"{flag} is set on each node by the launcher",
             "remove it (parallelism.launcher decides it)",
-        )
+        )  # fmt: skip
     else:
         owner = OWNED_FLAGS.get(flag, "")
         raise RecipeError(
-            where,
-            word,
-            f"vLLM reads it as {flag} ({owner}), which the recipe cannot set here",
+            where, word, f"vLLM reads it as {flag} ({owner}), which the recipe cannot set here",
             "remove it",
-        )
+        )  # fmt: skip
 
 
 def _speculative(out: Imported, word: str, value: str | None, where: str) -> None:
-    current = dict(_get(out, "vllm.speculative_config") or {})
     name = word.split("=", 1)[0]
-    if "." in name:  # --speculative-config.method=mtp sets one key
+    out.sources.setdefault("vllm.speculative_config", where)
+    if "." in name:  # --speculative-config.method=mtp: one key, after everything else
         key = name.split(".", 1)[1]
         try:
-            current[key] = json.loads(value or "")
+            out.speculative_keys[key] = json.loads(value or "")
         except json.JSONDecodeError:
-            current[key] = value
-    else:
-        try:
-            parsed = json.loads(value or "")
-        except json.JSONDecodeError as e:
-            raise RecipeError(
-                where,
-                value,
-                f"--speculative-config is not JSON: {e.msg}",
-                'give a JSON object, e.g. \'{"method": "mtp"}\'',
-            ) from None
-        if not isinstance(parsed, dict):
-            raise RecipeError(
-                where,
-                value,
-                "--speculative-config is not a JSON object",
-                'give a JSON object, e.g. \'{"method": "mtp"}\'',
-            )
-        current.update(parsed)
-    out.entry.setdefault("vllm", {})["speculative_config"] = current
-    out.sources.setdefault("vllm.speculative_config", where)
+            out.speculative_keys[key] = value
+        return
+    try:
+        parsed = json.loads(value or "")
+    except json.JSONDecodeError as e:
+        raise RecipeError(
+            where, value, f"--speculative-config is not JSON: {e.msg}",
+            'give a JSON object, e.g. \'{"method": "mtp"}\'',
+        ) from None  # fmt: skip
+    if not isinstance(parsed, dict):
+        raise RecipeError(
+            where, value, "--speculative-config is not a JSON object",
+            'give a JSON object, e.g. \'{"method": "mtp"}\'',
+        )  # fmt: skip
+    # The last one given is the one vLLM reads (argparse keeps the last value).
+    out.entry.setdefault("vllm", {})["speculative_config"] = parsed
 
 
 def _launcher(recipe: Recipe, out: Imported) -> str:
-    """The runtime decides: sparkrun's resolution (recipe.py 297-361) for `vllm` or none,
-    and eugr's command for a v1 recipe."""
-    hint = out.entry.pop("launcher_hint", None)
-    source = out.sources.pop("launcher_hint", "command")
+    """The runtime decides: `vllm-distributed` native, `vllm-ray`/`eugr-vllm` ray;
+    sparkrun's `vllm` or none by its Ray hints (recipe.py _resolve_vllm_variant); an eugr
+    recipe by its command's --distributed-executor-backend. A backend flag in the command
+    that the launcher contradicts is refused."""
     runtime = str(recipe.fields.get("runtime") or "")
-    defaults = recipe.fields.get("defaults") or {}
+    backend, where = out.backend or ("", "command")
     if runtime in RUNTIMES:
         launcher = RUNTIMES[runtime]
-        if hint is not None and (hint == "ray") != (launcher == "ray"):
-            raise RecipeError(
-                source,
-                f"--distributed-executor-backend {hint}",
-                f"runtime {runtime} runs the {launcher} launcher",
-                "remove the flag, or change runtime",
-            )
-        return launcher
-    if hint == "ray" or (
-        recipe.dialect == SPARKRUN and str(defaults.get("distributed_executor_backend")) == "ray"
-    ):
-        return "ray"
-    return "native"
+        why = f"runtime {runtime} runs the {launcher} launcher"
+    elif recipe.dialect == SPARKRUN:
+        launcher = "ray" if recipe.ray_hint else "native"
+        why = (f"sparkrun runs a runtime `{runtime or 'vllm'}` recipe with "
+               f"{'vllm-ray' if recipe.ray_hint else 'vllm-distributed'} (its Ray hints: "
+               "defaults.distributed_executor_backend, or the template's "
+               "`--distributed-executor-backend ray`)")  # fmt: skip
+    else:
+        launcher = "ray" if backend == "ray" else "native"
+        why = ""
+    if backend and (backend == "ray") != (launcher == "ray"):
+        raise RecipeError(
+            where, f"--distributed-executor-backend {backend}", why,
+            "remove the flag, or change runtime (or give --launcher)",
+        )  # fmt: skip
+    return launcher
 
 
 def _node_range(recipe: Recipe) -> tuple[int, int | None, str]:

@@ -554,8 +554,8 @@ def test_import_of_an_export_is_the_same_model(
         recipe["runtime"]
         == {"ray": "vllm-ray", "native": "vllm-distributed"}[original.parallelism.launcher]
     )
-    nodes = ["--nodes", ",".join(original.nodes)] if original.nodes else []
-    config, warnings = imported(capsys, str(out), *nodes)
+    # its nodes and its own master port ride in the spark_vllm block
+    config, warnings = imported(capsys, str(out))
     assert ServedModel.model_validate(config["spark-vllm:models"][0]) == original
     assert [w.split(":", 1)[0] for w in warnings] == ["metadata"]
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left
@@ -717,3 +717,99 @@ def test_hostile_values_in_every_field_are_refused_or_stay_literal(
             # only as one whole argv word of extra_args (vLLM reads it as a value)
             assert any(CANARY in w for w in model.vllm.extra_args), (where, payload)
     assert 0 < accepted < len(paths) * len(PAYLOADS)
+
+
+def test_the_import_each_project_recipe_shows_works(capsys: pytest.CaptureFixture[str]) -> None:
+    for name, path in shipped().items():
+        head = " ".join(
+            line.lstrip("# ").rstrip("\\ ")
+            for line in path.read_text().splitlines()
+            if line.startswith("#")
+        )
+        argv = head.split("python -m sparkvllm.recipes", 1)[1].split()
+        argv = [a.replace("USER", "aurora") for a in argv]
+        assert argv[:2] == ["import", name]
+        imported(capsys, *argv[1:])
+
+
+# --- what review found (each was a wrong import, exit 0) ------------------------------------
+
+REVIEWED: list[tuple[str, str, str]] = [
+    # bash reads `\\` as a backslash: the newline after it ends the command
+    ("an escaped backslash before a newline",
+     "model: a/b\ncommand: |\n  vllm serve a/b --x a\\\\\n  touch /tmp/x\n", "shell operator"),
+    # sparkrun joins a generated command with spaces and runs it with bash -c
+    ("a generated command's value with an operator",
+     "model: a/b\ndefaults: {max_num_seqs: '8; touch /tmp/x'}\n", "shell operator"),
+    ("a generated command's value with a secret",
+     "model: a/b\ndefaults: {quantization: 'fp8 --api-key sk-abcdefghijklmnopqrstuv'}\n",
+     "api_key"),
+    # after a flag, a word may be the flag's value or the model
+    ("the model after a flag",
+     "model: a/b\ncommand: vllm serve --enforce-eager c/d\n", "names no model right after"),
+    ("an explicit value on a boolean flag",
+     "model: a/b\ncommand: vllm serve a/b --enable-prefix-caching=false\n", "takes no value"),
+    ("several served names",
+     "model: a/b\ncommand: vllm serve a/b --served-model-name x y\n", "several served names"),
+    ("a short form of the speculative config",
+     "model: a/b\ncommand: vllm serve a/b --spec-method mtp\n", "--speculative-config '"),
+    ("a length vLLM fits at start",
+     "model: a/b\ncommand: vllm serve a/b --max-model-len auto\n", "fits the length"),
+    ("a digit that is not ASCII", "model: a/b\nmin_nodes: '²'\n", "min_nodes = '²'"),
+    ("a null template value in eugr's format",
+     ("recipe_version: '1'\nname: n\ncontainer: c\ndefaults: {p: null}\n"
+      "command: vllm serve a/b --port {p}\n"), "defaults.p = None"),
+    ("a NUL in a field's name", "model: a/b\n\"x\\0y\": 1\n", "'x\\x00y'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "text", "named"), REVIEWED, ids=[r[0] for r in REVIEWED])
+def test_what_review_found_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, case: str, text: str, named: str
+) -> None:
+    line = refused(capsys, "import", write(tmp_path, text), "--hf-cache", HF)
+    assert named in line and "\x00" not in line, line
+
+
+def test_what_sparkrun_and_vllm_read_is_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # sparkrun appends --served-model-name when the template has none (base.py)
+    text = "model: a/b\ndefaults: {served_model_name: foo}\ncommand: vllm serve a/b\n"
+    entry = imported(capsys, write(tmp_path, text), "--hf-cache", HF)[0]["spark-vllm:models"][0]
+    assert entry["served_name"] == "foo"
+    # vLLM's human-readable counts; the last --speculative-config, its dotted keys after
+    text = (
+        "model: a/b\ncommand: |\n  vllm serve a/b --max-model-len 32k "
+        "--max-num-batched-tokens 8K --speculative-config.num_speculative_tokens 3 "
+        '--speculative-config \'{"method": "ngram", "prompt_lookup_max": 4}\' '
+        '--speculative-config \'{"method": "mtp"}\'\n'
+    )
+    v = imported(capsys, write(tmp_path, text), "--hf-cache", HF)[0]["spark-vllm:models"][0]
+    assert v["vllm"]["max_model_len"] == 32000
+    assert v["vllm"]["max_num_batched_tokens"] == 8192
+    assert v["vllm"]["speculative_config"] == {"method": "mtp", "num_speculative_tokens": 3}
+    # bash's double quotes: \$ is a dollar; a quoted $ stays refused
+    text = 'model: a/b\ncommand: vllm serve a/b --x "a\\$b"\n'
+    entry = imported(capsys, write(tmp_path, text), "--hf-cache", HF)[0]["spark-vllm:models"][0]
+    assert entry["vllm"]["extra_args"] == ["--x", "a$b"]
+
+
+def test_an_export_keeps_json_braces_and_refuses_a_template_key(tmp_path: Path) -> None:
+    cfg = load_stack_config(stack_raw("spark-models", ROOT))
+    small = cfg.served[1]
+    json_arg = small.model_copy(
+        update={"vllm": small.vllm.model_copy(update={"extra_args": ["--x", '{"a": 1}']})}
+    )
+    recipe = mapping.to_recipe(cfg, json_arg, "spark-models")
+    assert "--x '{\"a\": 1}'" in recipe["command"]
+    keyed = small.model_copy(
+        update={"vllm": small.vllm.model_copy(update={"extra_args": ["--x", "{port}"]})}
+    )
+    with pytest.raises(ConfigError, match=r"extra_args\[1\] = '\{port\}'"):
+        mapping.to_recipe(cfg, keyed, "spark-models")
+    dollar = small.model_copy(
+        update={"vllm": small.vllm.model_copy(update={"env": {"A": "x$HOME"}})}
+    )
+    with pytest.raises(ConfigError, match=r"vllm.env.A = 'x\$HOME'"):
+        mapping.to_recipe(cfg, dollar, "spark-models")

@@ -135,15 +135,16 @@ def _place_on(imported: mapping.Imported, stack: dict[str, Any], name: str) -> N
     imported.entry = mapping.reordered(entry)
 
 
-def _print_config(config: dict[str, Any], read: str, stack: str | None) -> None:
+def _print_config(config: dict[str, Any], read: str, stack: str | None, single: bool) -> None:
     where = f"Pulumi.{stack}.yaml" if stack else "a stack file (Pulumi.<stack>.yaml)"
     keyed = {f"{PROJECT}:{k}": v for k, v in config.items()}
     body = yaml.safe_dump({"config": keyed}, sort_keys=False, width=100)
-    print(
-        f"# From {read}.\n# Put these keys under `config:` in {where}; they replace its "
-        "image and models.\n" + body,
-        end="",
-    )
+    replaced = "its image and models"
+    if single:  # the single form's keys are models[0] now
+        replaced += (f", and remove its {PROJECT}:model, {PROJECT}:parallelism and "
+                     f"{PROJECT}:vllm (the first entry of models holds them now)")  # fmt: skip
+    print(f"# From {read}.\n# Put these keys under `config:` in {where}; they replace "
+          f"{replaced}.\n" + body, end="")  # fmt: skip
 
 
 class _BlockDumper(yaml.SafeDumper):
@@ -209,6 +210,9 @@ def _export(args: argparse.Namespace) -> int:
         print(text, end="")
         return 0
     out = Path(args.out)
+    if not out.parent.is_dir() or not os.access(out.parent, os.W_OK | os.X_OK):
+        raise _bad("--out", str(out), f"cannot write in {out.parent}", "give a file in a "
+                   "folder that exists and you can write in")  # fmt: skip
     fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=".recipe-")
     try:
         with os.fdopen(fd, "w") as f:
@@ -268,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "export":
             return _export(args)
         config, warnings, read = import_to_config(args)
-        _print_config(config, read, args.stack)
+        single = args.stack is not None and "models" not in stack_raw(args.stack, args.cwd)
+        _print_config(config, read, args.stack, single)
         sys.stdout.flush()
         for line in warnings:
             print(f"recipes: warning: {line}", file=sys.stderr)

@@ -1,19 +1,19 @@
 """A recipe as this program's stack config, and a stack's model as a sparkrun recipe.
 
-Import (`to_stack`): each flag of the rendered command goes to the typed field that owns it
-(read as vLLM's parser reads it: `sparkvllm.vllm_flags`), every other flag to
-`vllm.extra_args` word by word; the recipe's `env` to `vllm.env`; the runtime decides the
-launcher (`vllm-distributed` native, `vllm-ray` ray, sparkrun's plain `vllm` by its Ray
-hints, eugr's by its `--distributed-executor-backend ray`); never `auto`. What has no place
-and cannot be done without (a command the recipe would run, another engine, a flag the
+Import (`import_recipe`, then `checked`): each flag of the rendered command goes to the
+typed field that owns it (read as vLLM's parser reads it: `sparkvllm.vllm_flags`), every
+other flag to `vllm.extra_args` word by word; the recipe's `env` to `vllm.env`; the
+runtime decides the launcher (`vllm-distributed` native, `vllm-ray` ray, sparkrun's plain
+`vllm` by its Ray hints, eugr's by its `--distributed-executor-backend ray`); never `auto`.
+What has no place and cannot be done without (a command the recipe would run, another engine, a flag the
 program sets to another value) is a RecipeError; what a user can do without (eugr's mods,
 build arguments, container options, information fields) is a warning naming it. The result
 is validated by the stack config's own rules, on the stack's nodes when one is given.
 
 Export (`to_recipe`): a sparkrun v2 recipe with an explicit command template (without one,
 sparkrun leaves out the parsers, the load format and the speculative config), and the
-`spark_vllm` block for what no recipe field holds, so importing an export gives the same
-model entry."""
+`spark_vllm` block for what no recipe field holds (the model's short name, hf_cache, its
+nodes, its own master port, ...), so importing an export gives the same model entry."""
 
 from __future__ import annotations
 
@@ -86,7 +86,8 @@ _FLAG_FIELDS: dict[str, tuple[str, bool]] = {
     "--no-language-model-only": ("vllm.language_model_only", False),
 }
 # Flags a launcher sets on each node itself (sparkrun's vllm-distributed and eugr's
-# launch-cluster.sh add them per node too, and tell users not to write them).
+# launch-cluster.sh add them per node too, and tell users not to write them). Their
+# --master-port is not here: it is the model's ports.master.
 _PER_NODE = ("--nnodes", "-n", "--node-rank", "-r", "--headless", "--master-addr")
 _ANY_HOST = ("0.0.0.0", "::")
 # What the program's stack default ports are (a model on them needs no `ports`).
@@ -235,7 +236,6 @@ def _mapped_fields(recipe: Recipe, out: Imported) -> None:
         "description": "is information; not carried over",
         "runtime_version": "is information; not carried over",
         "sparkrun_version": "is information; not carried over",
-        "mode": "is carried as a check on the node count only",
         "name": "is the recipe's display name (--name gives the model's short name)",
     }
     for key, why in no_place.items():
@@ -243,8 +243,6 @@ def _mapped_fields(recipe: Recipe, out: Imported) -> None:
         if value in (None, [], {}, False, ""):
             continue
         if key == "builder" and value == "docker-pull":
-            continue
-        if key == "mode":
             continue
         shown = ", ".join(map(str, value)) if isinstance(value, list) else _brief(value)
         out.warnings.append(f"{key}: {shown}: not imported; it {why}")
@@ -460,8 +458,8 @@ def _node_range(recipe: Recipe) -> tuple[int, int | None, str]:
         low, high, said = 1, 1, "mode: solo"
     if f.get("solo_only"):
         high, said = 1, "solo_only"
-    if f.get("cluster_only") or f.get("mode") == "cluster":
-        low, said = max(low, 2), "cluster_only" if f.get("cluster_only") else "mode: cluster"
+    if f.get("cluster_only"):  # recipe.py 601 (mode: cluster alone changes no count)
+        low, said = max(low, 2), "cluster_only"
     if f.get("mode") not in (None, "auto", "solo", "cluster"):
         raise RecipeError("mode", f["mode"], "not a sparkrun mode", "give auto, solo or cluster")
     return low, high, said
@@ -537,7 +535,8 @@ def _env(recipe: Recipe, out: Imported) -> None:
 
 def _own_block(block: dict[str, Any], out: Imported) -> None:
     """This program's `spark_vllm` block: the stack fields no recipe field holds."""
-    allowed = {"name", "hf_cache", "offline", "hub_endpoint", "distribution", "nccl_debug", "image"}
+    allowed = {"name", "hf_cache", "offline", "hub_endpoint", "distribution", "nccl_debug",
+               "image", "nodes", "master_port"}  # fmt: skip
     for key, value in block.items():
         if key not in allowed:
             raise RecipeError(
@@ -557,10 +556,14 @@ def _own_block(block: dict[str, Any], out: Imported) -> None:
             out.image.update(value)
         elif key == "nccl_debug":
             _set(out, "vllm.nccl_debug", value, f"spark_vllm.{key}")
+        elif key == "master_port":
+            _set(out, "ports.master", value, f"spark_vllm.{key}")
         else:
             _set(out, key, value, f"spark_vllm.{key}")
 
 
+_VPD = re.compile(r"\{(.*?)\}")
+_TEMPLATE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _ORDER = (
     "name",
     "id",
@@ -589,20 +592,21 @@ def checked(imported: Imported, stack: dict[str, Any] | None) -> dict[str, Any]:
     ConfigError names a problem, the recipe's field where one is known."""
     entry = dict(imported.entry)
     if "ports" in entry:
-        ports = entry["ports"]
-        if ports.get("api", _DEFAULT_API) == _DEFAULT_API and "master" not in ports:
-            del entry["ports"]  # the stack's ports.api and ports.master
+        ports = dict(entry["ports"])
+        own = (stack or {}).get("ports") or {}
+        stack_api, stack_master = own.get("api", _DEFAULT_API), own.get("master", _DEFAULT_MASTER)
+        ports.setdefault("api", stack_api)
+        if ports["api"] == stack_api and ports.get("master", stack_master) == stack_master:
+            del entry["ports"]  # the stack's own ports.api and ports.master
         else:
-            ports.setdefault("api", _DEFAULT_API)
             if "master" not in ports:  # the first free one after the stack's
                 taken = {
                     p
                     for m in (stack or {}).get("models") or []
                     for p in (m.get("ports") or {}).values()
                 }
-                ports["master"] = next(
-                    p for p in range(_DEFAULT_MASTER + 1, 65536) if p not in taken
-                )
+                ports["master"] = next(p for p in range(stack_master + 1, 65536) if p not in taken)
+            entry["ports"] = ports
     try:
         ImageConfig.model_validate(imported.image)
         ServedModel.model_validate(entry)
@@ -610,7 +614,7 @@ def checked(imported: Imported, stack: dict[str, Any] | None) -> dict[str, Any]:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int))
         if e.title == ImageConfig.__name__:
-            loc = f"image.{loc}"
+            loc = f"image.{loc}" if loc else "image"
             imported.sources.setdefault("image", "container")
         source = _source_of(imported, loc)
         msg = str(err["msg"]).removeprefix("Value error, ")
@@ -660,7 +664,7 @@ def checked(imported: Imported, stack: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _source_of(imported: Imported, loc: str) -> str:
-    field = loc if loc.startswith("image.") else f"models[].{loc}"
+    field = loc if loc.split(".")[0] == "image" else f"models[].{loc}"
     for path in sorted(imported.sources, key=len, reverse=True):
         if loc == path or loc.startswith(path + "."):
             return f"{imported.sources[path]} ({field})"
@@ -733,11 +737,10 @@ def to_recipe(
     if v.speculative_config is not None:
         defaults["speculative_config"] = json.dumps(v.speculative_config)
         lines.append("--speculative-config '{speculative_config}'")
-    if model.ports is not None or view.ports.master != _DEFAULT_MASTER:
-        defaults["master_port"] = view.ports.master
-        lines.append("--master-port {master_port}")
     for i, word in enumerate(v.extra_args):
-        if re.search(r"\{[^{}]*\}", word):
+        # vpd fills `{key}` (the text between the braces, stripped of braces, a key of
+        # the chain); other braces (JSON) it leaves alone
+        if any(_TEMPLATE_KEY.match(m.group(1).strip("}{")) for m in _VPD.finditer(word)):
             raise RecipeError(
                 f"vllm.extra_args[{i}]",
                 word,
@@ -750,6 +753,12 @@ def to_recipe(
     block: dict[str, Any] = {"hf_cache": model.hf_cache}
     if model.name:
         block["name"] = model.name
+    if model.nodes is not None:
+        block["nodes"] = list(model.nodes)
+    if model.ports is not None:
+        # Not --master-port in the command: sparkrun's vllm-distributed appends its own
+        # (25000) on each node after it, and the last one wins.
+        block["master_port"] = model.ports.master
     stack_fields: tuple[tuple[str, object, object], ...] = (
         ("offline", model.offline, False),
         ("hub_endpoint", model.hub_endpoint, type(model).model_fields["hub_endpoint"].default),
@@ -780,6 +789,13 @@ def to_recipe(
         },
         "defaults": defaults,
     }
+    for key, value in v.env.items():
+        if "$" in value:
+            raise RecipeError(
+                f"vllm.env.{key}", value, "sparkrun expands $VAR in env values from the "
+                "environment of the machine it runs on", "leave it out of the export, or "
+                "write the value without $",
+            )  # fmt: skip
     if v.env:
         recipe["env"] = dict(v.env)
     recipe["command"] = " \\\n  ".join(lines) + "\n"

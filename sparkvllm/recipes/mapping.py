@@ -8,7 +8,8 @@ runtime decides the launcher (`vllm-distributed` native, `vllm-ray` ray, sparkru
 What has no place and cannot be done without (a command the recipe would run, another
 engine, a flag the program sets to another value) is a RecipeError; what a user can do
 without (eugr's mods, build arguments, container options, information fields) is a warning
-naming it. The result is validated by the stack config's own rules, on the stack's nodes when one is given.
+naming it. The result is validated by the stack config's own rules, on the stack's nodes
+when one is given.
 
 Export (`to_recipe`): a sparkrun v2 recipe with an explicit command template (without one,
 sparkrun leaves out the parsers, the load format and the speculative config), and the

@@ -26,6 +26,7 @@ project folder or a backend it cannot use), 6 no such stack, 7 changes were foun
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,9 +35,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from localengine import wire
+from localengine.display import Display, summary_lines
 from localengine.executor import STACK_TYPE
 from localengine.export import ExportError, passphrase_from_env, untyped_deployment
-from localengine.operations import OPS, Result, Terminated, run
+from localengine.operations import Result, Terminated, run
 from localengine.project import StackConfigError, read_stack_file
 from localengine.state import StateError, StateFile
 from localengine.state_edit import EditError, delete_resources, import_deployment
@@ -148,15 +150,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def summary(result: Result) -> str:
-    words = ", ".join(f"{result.counts[op]} {op}" for op in OPS if result.counts.get(op))
-    moved = f"{result.provider_writes} provider calls that change a node"
-    refreshed = ""
+def engine_line(result: Result) -> str:
+    """What the local engine adds to the CLI's summary: the provider calls that changed a
+    node (0 on a no-op), and what the refresh read."""
+    line = f"{result.provider_writes} provider calls that change a node"
     if result.refresh_steps:
         gone = sum(1 for s in result.refresh_steps if s.op == "delete")
         changed = sum(1 for s in result.refresh_steps if s.op == "update")
-        refreshed = f"; refresh read {len(result.refresh_steps)}: {changed} changed, {gone} gone"
-    return f"{result.operation} {words or 'nothing'}{refreshed}; {moved}; {result.seconds:.1f}s"
+        line += f"; refresh read {len(result.refresh_steps)}: {changed} changed, {gone} gone"
+    return f"({line})"
 
 
 def stack_outputs(project_dir: Path, stack: str, show_secrets: bool) -> dict[str, Any] | None:
@@ -291,14 +293,19 @@ def _main(args: argparse.Namespace) -> int:
                 text = value if isinstance(value, str) else json.dumps(value, default=str)
                 print(f"    {key:24} {text}")
         return 0
-    log = (lambda _m: None) if args.json else (lambda m: print(m, flush=True))
+    # The live view: finished steps as lines, the steps in flight redrawn on a terminal
+    # (a line every 10 s elsewhere); nothing of it under --json.
+    display = Display(sys.stdout)
+    log = (lambda _m: None) if args.json else display.log
     try:
-        result = run(
-            args.operation, args.stack, args.cwd, refresh=args.refresh,
-            replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
-            import_pending_creates=dict(args.import_pending_creates),
-            clear_pending_creates=args.clear_pending_creates,
-        )  # fmt: skip
+        with contextlib.nullcontext() if args.json else display:
+            result = run(
+                args.operation, args.stack, args.cwd, refresh=args.refresh,
+                replace_urns=frozenset(args.replace), log=log, parallel=args.parallel,
+                import_pending_creates=dict(args.import_pending_creates),
+                clear_pending_creates=args.clear_pending_creates,
+                progress=None if args.json else display,
+            )  # fmt: skip
     except Terminated:
         # The provider hosts and the program are stopped; calls still in flight are not
         # waited for (their threads would hold the exit), so the process ends here.
@@ -309,13 +316,14 @@ def _main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_json(), indent=2, sort_keys=True, default=str))
     else:
-        for step in result.steps:
-            if step.op != "same":
-                keys = f" [{', '.join(step.keys)}]" if step.keys else ""
-                print(f"  {step.op:8} {step.name}{keys}")
-        if result.operation == "up" and not result.error:
-            print(json.dumps(wire.redacted(result.outputs), indent=2, sort_keys=True, default=str))
-        print(summary(result))
+        # As the CLI ends a run: the outputs laid out (secrets masked), the counts, the
+        # duration (each step was shown as it ended).
+        outputs = wire.redacted(result.outputs) if result.operation == "up" else None
+        print()
+        for line in summary_lines(result.operation, result.counts, result.seconds,
+                                  None if result.error else outputs):  # fmt: skip
+            print(line)
+        print(engine_line(result))
         if result.error:
             print(f"error: {result.error}", file=sys.stderr)  # a config error: a line each
     if result.cancelled:

@@ -113,6 +113,17 @@ def _is_default_provider(urn: str) -> bool:
     )
 
 
+class Progress:
+    """Told when a step starts and ends (by its key): nothing by default; the command
+    line's live view (localengine/display.py) shows the steps in flight."""
+
+    def begin(self, key: str, what: str) -> None:
+        """A step started: `what` is `create NAME`, `update NAME`, ..."""
+
+    def end(self, key: str) -> None:
+        """The step of `key` ended (done or failed)."""
+
+
 class Deployment:
     def __init__(
         self,
@@ -126,8 +137,11 @@ class Deployment:
         plugins: PluginContext | None = None,
         parallel: int = 8,
         secrets: wire.SecretFilter | None = None,
+        progress: Progress | None = None,
     ):
         self.state_file = state
+        # Who is told of each step in flight (the live view: localengine/display.py).
+        self.progress = progress or Progress()
         self.plugins = plugins
         # step_executor.go: `parallel` workers carry out the steps (create, update, delete,
         # and a refresh's reads); Check and Diff run in the step generator, unbounded.
@@ -588,7 +602,12 @@ class Deployment:
                 if delete_before_replace is not None
                 else diff.delete_before_replace
             )
-            out = self._execute(op, bool(dbr), new, old, provider)
+            if op != "same":
+                self.progress.begin(urn, f"{op} {name}")
+            try:
+                out = self._execute(op, bool(dbr), new, old, provider)
+            finally:
+                self.progress.end(urn)
             step = Step(urn, op, diff.changes, time.monotonic() - started)
             self._step(step)
             if op != "same":
@@ -752,19 +771,23 @@ class Deployment:
         started = time.monotonic()
         if res.custom and not res.type.startswith(PROVIDER_PREFIX) and not self.preview:
             provider = self.provider_for(res)
-            with self._slot(DELETING, res) as pending:
-                try:
-                    self._call(
-                        "delete", res,
-                        lambda: provider.delete(res.type, res.id, res.inputs, res.outputs),
-                    )  # fmt: skip
-                except EngineError as e:
-                    raise EngineError(
-                        f"{e}; fix: if it is already gone from the node, forget it with "
-                        f"`python -m localengine state delete --stack {self.stack} "
-                        f"'{res.urn}'`"
-                    ) from None
-                self._drop(_key(res), done=pending)
+            self.progress.begin(f"{res.urn}#delete", f"delete {res.name}")
+            try:
+                with self._slot(DELETING, res) as pending:
+                    try:
+                        self._call(
+                            "delete", res,
+                            lambda: provider.delete(res.type, res.id, res.inputs, res.outputs),
+                        )  # fmt: skip
+                    except EngineError as e:
+                        raise EngineError(
+                            f"{e}; fix: if it is already gone from the node, forget it with "
+                            f"`python -m localengine state delete --stack {self.stack} "
+                            f"'{res.urn}'`"
+                        ) from None
+                    self._drop(_key(res), done=pending)
+            finally:
+                self.progress.end(f"{res.urn}#delete")
         else:
             self._drop(_key(res))
         internal = _is_default_provider(res.urn)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from localengine import wire
-from localengine.executor import Deployment, EngineError, Step
+from localengine.executor import Deployment, EngineError, Progress, Step
 from localengine.langhost import ProgramError, Services, default_parallel
 from localengine.monitor import EngineMonitor, EngineService
 from localengine.program import StackConfigError, project_file, run_program
@@ -164,6 +164,7 @@ def run(
     parallel: int | None = None,
     import_pending_creates: dict[str, str] | None = None,
     clear_pending_creates: bool = False,
+    progress: Progress | None = None,
 ) -> Result:
     """`config`: the stack's config instead of Pulumi.<stack>.yaml (as if set with
     `pulumi config set`). `parallel`: at most this many steps at once (the CLI's
@@ -203,6 +204,7 @@ def run(
             deployment = Deployment(
                 state, transport, preview=preview, log=unfiltered, replace_urns=replace_urns,
                 provider_factory=provider_factory, parallel=parallel, secrets=shown,
+                progress=progress,
                 plugins=PluginContext(project_dir, project, services.address),
             )  # fmt: skip
         except (EngineError, StateError) as e:

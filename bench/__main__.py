@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 from pathlib import Path
 
 from bench import measure, relay
+from bench.chart import chart
 from bench.figures import Figures, git_commit
 from sim import stack
 
@@ -123,10 +125,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _written(figures: Figures, out: Path) -> int:
-    """Print the table and write the figures to `out`."""
+    """Print the table and write the figures to `out`, and their chart beside it (.png)."""
     print(figures.table())
     figures.write(out)
-    print(f"bench: wrote {out}")
+    drawn = chart(json.loads(out.read_text()), out.with_suffix(".png"))
+    print(
+        f"bench: wrote {out} and {out.with_suffix('.png')} ({len(drawn)} figures against "
+        f"their goals, {sum(b.met for b in drawn)} met)"
+    )
     return 0
 
 

@@ -47,3 +47,27 @@ def test_every_step_of_a_deploy_has_a_phase(stack: str) -> None:
     names += ["model-server-ray-ready", plans.model_server(cfg, stack).container.resource_name]
     unknown = [n for n in names if phase_of(n) == "other"]
     assert not unknown, unknown
+
+
+def test_the_chart_draws_each_figure_with_a_numeric_goal(tmp_path: Path) -> None:
+    from bench.chart import bars, chart, main
+
+    results = {
+        "run": {"commit": "abc1234", "nodes": 2},
+        "noop_up_s": {"value": 2.6, "unit": "s", "how": "", "goal": "< 3"},
+        "sync_vs_raw": {"value": 0.95, "unit": "ratio", "how": "", "goal": ">= 1.0"},
+        "drift_growth": {"value": 0.2, "unit": "s", "how": "", "goal": "grows < 0.3 s per node"},
+        "calls": {"value": 0, "unit": "calls", "how": "", "goal": "0"},
+        "image_bytes": {"value": 4e9, "unit": "bytes", "how": "", "goal": ""},
+    }
+    drawn = bars(results)
+    assert [(b.name, b.met, round(b.ratio, 3)) for b in drawn] == [
+        ("noop_up_s", True, 0.867), ("sync_vs_raw", False, 0.95),
+    ]  # fmt: skip
+    path = tmp_path / "results.png"
+    assert chart(results, path) == drawn
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    source = tmp_path / "r.json"
+    source.write_text(json.dumps(results))
+    assert main([str(source)]) == 0 and (tmp_path / "r.png").stat().st_size > 1000
+    assert main([str(tmp_path / "missing.json")]) == 2

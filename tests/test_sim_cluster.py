@@ -13,7 +13,11 @@ keeps the greedy argmax stable when the matmuls are split across two ranks.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -24,7 +28,7 @@ from sparkvllm.probes import server_health
 from sparkvllm.specs import weights
 from sparkvllm.specs.commands import image_sync
 from sparkvllm.specs.output import key_values
-from tests.conftest import SimDeployment, sim_log
+from tests.conftest import ROOT, SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim
 
@@ -136,3 +140,36 @@ def test_preview_refresh_finds_nothing_to_change(sim_deployment: SimDeployment) 
     assert not check.error, check.error
     assert not check.changed, [(s.name, s.op, s.keys) for s in check.steps if s.op != "same"]
     assert check.provider_writes == 0
+
+
+def test_the_monitor_watches_the_cluster_in_tmux(tp2: Deployed) -> None:
+    """`python -m sparkvllm.monitor --stack sim` in a real terminal (tmux), while requests
+    are answered: both nodes with their memory, the GPU figures absent (the sim has no
+    nvidia-smi: none invented), the deployment's containers running, and the model's
+    generated tokens/s above 0 from vLLM's own /metrics."""
+    session = f"sparkvllm-monitor-{os.getpid()}"
+    # A new terminal's size is its own: not the COLUMNS/LINES this test's process holds.
+    command = (
+        f"env -u COLUMNS -u LINES {shlex.quote(sys.executable)} -m sparkvllm.monitor "
+        "--stack sim --every 1"
+    )
+    tmux = ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50"]
+    subprocess.run([*tmux, "-c", str(ROOT), command], check=True, timeout=30)
+    try:
+        screen, deadline = "", time.monotonic() + 60
+        while time.monotonic() < deadline:
+            sim_complete(tp2.outputs["endpoint"], tokens=24)
+            pane = ["tmux", "capture-pane", "-p", "-t", session]
+            screen = subprocess.run(pane, capture_output=True, text=True, timeout=30).stdout
+            row = re.search(r"^ +tiny-qwen3 +spark-1 +([0-9.]+) ", screen, re.M)
+            if row and float(row.group(1)) > 0:
+                break
+        else:
+            raise AssertionError(f"no tokens/s above 0 on the monitor's screen:\n{screen}")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], timeout=30, check=False)
+    for node in ("spark-1", "spark-2"):
+        memory = rf"^ +{node} +[0-9.]+/[0-9.]+ GiB +[0-9.]+ GiB +absent +absent +absent +absent "
+        assert re.search(memory, screen, re.M), screen
+    assert re.search(r"^ +spark-1 +sparkvllm-sim-model-server +running", screen, re.M)
+    assert re.search(r"^ +spark-2 +sparkvllm-sim-ray-worker-spark-2 +running", screen, re.M)

@@ -33,6 +33,7 @@ from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, versions
+from sparkvllm.specs import metrics as scrape
 from sparkvllm.specs.memory import as_output as memory_output
 from sparkvllm.specs.memory import check_model
 from sparkvllm.specs.output import last_json
@@ -132,6 +133,9 @@ def deploy(
         ).apply(lambda v: _nccl(cfg.nccl.library, *v)),
         "ray_client": image.versions.apply(_ray_client),
         "memory": memory,
+        # Every model server's /metrics, for the user's own Prometheus (sparkvllm/metrics.py
+        # writes its scrape config and a Grafana dashboard).
+        "metrics": {"targets": [t.as_output() for t in scrape.targets(cfg)]},
     }
     router_plan = plans.router(cfg, stack)
     if router_plan is not None:

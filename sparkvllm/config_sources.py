@@ -8,7 +8,9 @@
   then come from ssh_private_key_file); every reader of a stack file goes through
   `load_yaml_file` (the file, the line and the fix for broken YAML, a key given twice);
 - `for_tools(stack)`: what tools outside the program (the drift check) use: the CLI when it
-  is installed, else the stack file.
+  is installed, else the stack file;
+- `stack_without_secrets(stack)`: the stack file's raw keys with each secret replaced by a
+  stand-in, for tools that need none (recipes, the metrics config).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import yaml
 from sparkvllm.config import (
     PROJECT,
     PROJECT_DIR,
+    SECRET_FIELDS,
     ConfigError,
     Issue,
     StackConfig,
@@ -221,6 +224,31 @@ def has_secure(value: Any) -> bool:
     if isinstance(value, list):
         return any(has_secure(v) for v in value)
     return False
+
+
+# What stands in for each secret of the stack (and for the SSH key a stack file leaves to
+# `pulumi config set --secret`): no recipe holds one, none is read or written here (only
+# the Pulumi CLI could decrypt them), but the stack's rules check that a key is given.
+# Never printed: only the image and the models are.
+_NOT_READ = "secret-not-read"
+
+
+def stack_without_secrets(stack: str, project_dir: Path = PROJECT_DIR) -> dict[str, Any]:
+    """The stack file's `spark-vllm:` keys, each secret replaced by a stand-in: for the
+    tools that need none (recipes, the metrics config), which then run without the Pulumi
+    CLI and without the SSH key."""
+    raw = stack_file_raw(stack, project_dir)
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "ssh_private_keys" and isinstance(value, dict) and "secure" not in value:
+            out[key] = dict.fromkeys(value, _NOT_READ)
+        elif key in SECRET_FIELDS:
+            out[key] = _NOT_READ
+        elif not has_secure(value):
+            out[key] = value
+    if "ssh_private_key_file" not in out:  # set with `pulumi config set --secret` later
+        out.setdefault("ssh_private_key", _NOT_READ)
+    return out
 
 
 def from_stack_file(stack: str, project_dir: Path = PROJECT_DIR) -> StackConfig:

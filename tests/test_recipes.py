@@ -19,8 +19,9 @@ import yaml
 
 from sparkvllm.config import ConfigError, load_stack_config
 from sparkvllm.config.model import ServedModel
+from sparkvllm.config_sources import stack_without_secrets as stack_raw
 from sparkvllm.recipes import formats, mapping, shipped
-from sparkvllm.recipes.__main__ import main, stack_raw
+from sparkvllm.recipes.__main__ import main
 from tests.conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "recipes"

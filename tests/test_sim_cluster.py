@@ -173,3 +173,20 @@ def test_the_monitor_watches_the_cluster_in_tmux(tp2: Deployed) -> None:
         assert re.search(memory, screen, re.M), screen
     assert re.search(r"^ +spark-1 +sparkvllm-sim-model-server +running", screen, re.M)
     assert re.search(r"^ +spark-2 +sparkvllm-sim-ray-worker-spark-2 +running", screen, re.M)
+
+
+def test_the_metrics_target_serves_the_dashboards_series(tp2: Deployed) -> None:
+    """The `metrics` output's target, scraped from this machine as a Prometheus would:
+    vLLM's exposition holds every series the Grafana dashboard draws (the speculative ones
+    only with speculative decoding, which the sim's model does not do)."""
+    from sparkvllm.specs import metrics
+
+    (target,) = tp2.outputs["metrics"]["targets"]
+    assert target["model"] == "tiny-qwen3" and target["node"] == "spark-1"
+    sim_complete(tp2.outputs["endpoint"])
+    with urllib.request.urlopen(target["url"], timeout=30) as response:
+        exposition = response.read().decode()
+    served = {line.split("{")[0].split(" ")[0] for line in exposition.splitlines()}
+    drawn = set(re.findall(r"vllm:[a-z_]+", json.dumps(metrics.dashboard("sim"))))
+    speculative = {metrics.SPEC_ACCEPTED, metrics.SPEC_DRAFT}
+    assert drawn - speculative <= served, sorted(drawn - speculative - served)

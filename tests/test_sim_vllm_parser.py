@@ -15,8 +15,8 @@ import pytest
 
 from sim.settings import VLLM_IMAGE_REF
 from sparkvllm.config import StackConfig, load_stack_config
+from sparkvllm.config_sources import stack_without_secrets as stack_raw
 from sparkvllm.recipes import formats, mapping, shipped
-from sparkvllm.recipes.__main__ import stack_raw
 from sparkvllm.specs import containers
 from sparkvllm.vllm_flags import extra_args_problems
 from tests.conftest import ROOT

@@ -26,14 +26,13 @@ import yaml
 
 from sparkvllm.config import (
     PROJECT,
-    SECRET_FIELDS,
     ConfigError,
     Issue,
     StackConfig,
     load_stack_config,
 )
 from sparkvllm.config.model import ServedModel
-from sparkvllm.config_sources import has_secure, stack_file_raw
+from sparkvllm.config_sources import stack_without_secrets as stack_raw
 from sparkvllm.recipes import formats, mapping, shipped
 from sparkvllm.workstation import add_tool_flags
 
@@ -42,29 +41,6 @@ PROG = "python -m sparkvllm.recipes"
 
 def _bad(path: str, value: Any, problem: str, fix: str) -> ConfigError:
     return ConfigError([Issue(path=path, value=value, problem=problem, fix=fix)])
-
-
-# What stands in for each secret of the stack (and for the SSH key a stack file leaves to
-# `pulumi config set --secret`): no recipe holds one, none is read or written here (only
-# the Pulumi CLI could decrypt them), but the stack's rules check that a key is given.
-# Never printed: only the image and the models are.
-_NOT_READ = "secret-not-read"
-
-
-def stack_raw(stack: str, cwd: Path) -> dict[str, Any]:
-    """The stack file's `spark-vllm:` keys, each secret replaced by a stand-in."""
-    raw = stack_file_raw(stack, cwd)
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key == "ssh_private_keys" and isinstance(value, dict) and "secure" not in value:
-            out[key] = dict.fromkeys(value, _NOT_READ)
-        elif key in SECRET_FIELDS:
-            out[key] = _NOT_READ
-        elif not has_secure(value):
-            out[key] = value
-    if "ssh_private_key_file" not in out:  # set with `pulumi config set --secret` later
-        out.setdefault("ssh_private_key", _NOT_READ)
-    return out
 
 
 def _recipe_path(given: str) -> Path:

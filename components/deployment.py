@@ -32,8 +32,7 @@ from components.router import Router, RouterArgs
 from components.synced_image import SyncedImage, SyncedImageArgs
 from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
-from sparkvllm.specs import containers, plans, versions
-from sparkvllm.specs import metrics as scrape
+from sparkvllm.specs import containers, plans, scrape, versions
 from sparkvllm.specs.memory import as_output as memory_output
 from sparkvllm.specs.memory import check_model
 from sparkvllm.specs.output import last_json

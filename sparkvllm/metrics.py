@@ -23,7 +23,7 @@ import yaml
 
 from sparkvllm.config import load_stack_config
 from sparkvllm.config_sources import stack_without_secrets
-from sparkvllm.specs import metrics
+from sparkvllm.specs import scrape as metrics
 from sparkvllm.workstation import add_tool_flags, run_tool
 
 

@@ -1,4 +1,4 @@
-"""Metrics for the user's own Prometheus and Grafana (sparkvllm/specs/metrics.py,
+"""Metrics for the user's own Prometheus and Grafana (sparkvllm/specs/scrape.py,
 python -m sparkvllm.metrics): the targets (every model server's /metrics at the address
 clients use), the scrape config, and the dashboard (built with Grafana's SDK) drawing the
 series vLLM exposes. The sim's suite scrapes the deployed sim's target
@@ -18,7 +18,7 @@ from sparkvllm import metrics as cli
 from sparkvllm.config import load_stack_config
 from sparkvllm.config_sources import stack_without_secrets
 from sparkvllm.probes import server_metrics
-from sparkvllm.specs import metrics
+from sparkvllm.specs import scrape as metrics
 from tests.conftest import ROOT
 
 

@@ -179,7 +179,7 @@ def test_the_metrics_target_serves_the_dashboards_series(tp2: Deployed) -> None:
     """The `metrics` output's target, scraped from this machine as a Prometheus would:
     vLLM's exposition holds every series the Grafana dashboard draws (the speculative ones
     only with speculative decoding, which the sim's model does not do)."""
-    from sparkvllm.specs import metrics
+    from sparkvllm.specs import scrape as metrics
 
     (target,) = tp2.outputs["metrics"]["targets"]
     assert target["model"] == "tiny-qwen3" and target["node"] == "spark-1"

@@ -1,4 +1,5 @@
-"""Metrics for the user's own Prometheus and Grafana (pure: functions of the config).
+"""Scrape targets and a dashboard: metrics for the user's own Prometheus and Grafana
+(pure: functions of the config).
 
 - `targets`: every model server's vLLM `/metrics` (its rank 0, which serves the API; the
   other ranks serve no HTTP), at the address clients reach it: the `metrics` output;

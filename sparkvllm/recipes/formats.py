@@ -297,6 +297,13 @@ def _as_text(value: Any) -> str:
     return str(value)  # both tools insert Python's str() of the value (True, 0.85, ...)
 
 
+def template_keys(text: str) -> list[str]:
+    """The `{key}`s vpd's arg_substitute would look up in `text`: the text between braces
+    (its own braces stripped) when it is a key's shape; other braces (JSON) it leaves."""
+    keys = (m.group(1).strip("}{") for m in _VPD_FIELD.finditer(text))
+    return [key for key in keys if _KEY.match(key)]
+
+
 def _sparkrun_render(command: str, values: dict[str, Any]) -> str:
     """recipe.py `render_command`: strip, then arg_substitute until the text stops changing,
     then mend `\\ <newline>`. A `{key}` whose key has no value stays literal in sparkrun
@@ -321,15 +328,14 @@ def _sparkrun_render(command: str, values: dict[str, Any]) -> str:
             "filling its {key}s never ends (a default refers to itself)",
             "give each default a value that does not name its own {key}",
         )
-    for m in _VPD_FIELD.finditer(rendered):
-        key = m.group(1).strip("}{")
-        if _KEY.match(key):
-            raise RecipeError(
-                "command",
-                f"{{{key}}}",
-                f"the template names {{{key}}}, which has no value",
-                f"add defaults.{key}, or give it with --set {key}=VALUE",
-            )
+    if unfilled := template_keys(rendered):
+        key = unfilled[0]
+        raise RecipeError(
+            "command",
+            f"{{{key}}}",
+            f"the template names {{{key}}}, which has no value",
+            f"add defaults.{key}, or give it with --set {key}=VALUE",
+        )
     return _TRAILING_SPACE_CONTINUATION.sub("\\\n", rendered)
 
 

@@ -35,7 +35,7 @@ from sparkvllm.config import (
     load_stack_config,
 )
 from sparkvllm.config.model import ServedModel
-from sparkvllm.recipes.formats import EUGR, SPARKRUN, Recipe, RecipeError
+from sparkvllm.recipes.formats import EUGR, SPARKRUN, Recipe, RecipeError, template_keys
 from sparkvllm.vllm_flags import BOOLEAN_OPTIONS, OWNED_FLAGS, SECRET_FLAGS, options_read
 
 # sparkrun's runtimes (pyproject entry points) and the launcher each one is.
@@ -563,8 +563,6 @@ def _own_block(block: dict[str, Any], out: Imported) -> None:
             _set(out, key, value, f"spark_vllm.{key}")
 
 
-_VPD = re.compile(r"\{(.*?)\}")
-_TEMPLATE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _ORDER = (
     "name",
     "id",
@@ -739,9 +737,7 @@ def to_recipe(
         defaults["speculative_config"] = json.dumps(v.speculative_config)
         lines.append("--speculative-config '{speculative_config}'")
     for i, word in enumerate(v.extra_args):
-        # vpd fills `{key}` (the text between the braces, stripped of braces, a key of
-        # the chain); other braces (JSON) it leaves alone
-        if any(_TEMPLATE_KEY.match(m.group(1).strip("}{")) for m in _VPD.finditer(word)):
+        if template_keys(word):  # sparkrun would fill it; JSON braces it leaves
             raise RecipeError(
                 f"vllm.extra_args[{i}]",
                 word,

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -24,19 +23,10 @@ import yaml
 from sparkvllm.config import load_stack_config
 from sparkvllm.config_sources import stack_without_secrets
 from sparkvllm.specs import scrape as metrics
-from sparkvllm.workstation import add_tool_flags, run_tool
+from sparkvllm.workstation import add_tool_flags, run_tool, write_whole
 
-
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # read by the user's Prometheus and Grafana: no secret in it
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+# Read by the user's Prometheus and Grafana (another user, maybe): no secret is in them.
+READABLE = 0o644
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_stack_config(stack_without_secrets(args.stack, args.cwd))
         config = metrics.prometheus_config(cfg, args.stack)
         board = metrics.dashboard(args.stack)
-        _write(out / "prometheus.yml", yaml.safe_dump(config, sort_keys=False))
-        _write(out / "grafana-dashboard.json", json.dumps(board, indent=2, sort_keys=True) + "\n")
+        write_whole(out / "prometheus.yml", yaml.safe_dump(config, sort_keys=False), READABLE)
+        board_text = json.dumps(board, indent=2, sort_keys=True) + "\n"
+        write_whole(out / "grafana-dashboard.json", board_text, READABLE)
         for t in metrics.targets(cfg):
             print(f"metrics: {t.model} on {t.node}: {t.url}")
         print(f"metrics: wrote {out / 'prometheus.yml'} and {out / 'grafana-dashboard.json'}")

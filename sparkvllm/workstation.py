@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,6 +165,21 @@ def _write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.chmod(path, 0o600)
+
+
+def write_whole(path: Path, text: str, mode: int) -> None:
+    """`text` as the file `path`, with `mode`, written whole: a temporary file in its folder,
+    renamed over it, so a reader never sees half of it and nothing is left on a failure
+    (the tools' files: an exported recipe, the metrics configs)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _checked_key(text: str, field_path: str) -> str:

@@ -18,7 +18,6 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from sparkvllm.config import (
 from sparkvllm.config.model import ServedModel
 from sparkvllm.config_sources import stack_without_secrets as stack_raw
 from sparkvllm.recipes import formats, mapping, shipped
-from sparkvllm.workstation import add_tool_flags
+from sparkvllm.workstation import add_tool_flags, write_whole
 
 PROG = "python -m sparkvllm.recipes"
 
@@ -189,14 +188,7 @@ def _export(args: argparse.Namespace) -> int:
     if not out.parent.is_dir() or not os.access(out.parent, os.W_OK | os.X_OK):
         raise _bad("--out", str(out), f"cannot write in {out.parent}", "give a file in a "
                    "folder that exists and you can write in")  # fmt: skip
-    fd, tmp = tempfile.mkstemp(dir=out.parent if str(out.parent) else ".", prefix=".recipe-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_whole(out, text, 0o600)
     print(f"recipes: wrote {out}", file=sys.stderr)
     return 0
 

@@ -66,8 +66,11 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def import_to_config(args: argparse.Namespace) -> tuple[dict[str, Any], list[str], str]:
-    """(the `spark-vllm:` keys, warnings, what was read) of `import`."""
+def import_to_config(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], list[str], str, bool]:
+    """(the `spark-vllm:` keys, warnings, what was read, whether the stack is written in
+    the single-model form) of `import`."""
     recipe = formats.read(_recipe_path(args.recipe), _overrides(args.set or []))
     stack = stack_raw(args.stack, args.cwd) if args.stack else None
     nodes = [n.strip() for n in args.nodes.split(",")] if args.nodes else None
@@ -85,7 +88,8 @@ def import_to_config(args: argparse.Namespace) -> tuple[dict[str, Any], list[str
             "give --hf-cache /home/USER/.cache/huggingface, or --stack S to use the stack's",
         )
     config = mapping.checked(imported, stack)
-    return config, imported.warnings, f"{recipe.path} ({recipe.what})"
+    single = stack is not None and "models" not in stack
+    return config, imported.warnings, f"{recipe.path} ({recipe.what})", single
 
 
 def _place_on(imported: mapping.Imported, stack: dict[str, Any], name: str) -> None:
@@ -239,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.verb == "export":
             return _export(args)
-        config, warnings, read = import_to_config(args)
-        single = args.stack is not None and "models" not in stack_raw(args.stack, args.cwd)
+        config, warnings, read, single = import_to_config(args)
         _print_config(config, read, args.stack, single)
         sys.stdout.flush()
         for line in warnings:

@@ -36,16 +36,20 @@ Runner = Callable[..., subprocess.CompletedProcess[str]]
 ABSENT = "absent"
 
 
+def read_commands(cfg: StackConfig, stack: str) -> dict[str, str]:
+    """What each node is asked at every refresh (built once per run)."""
+    return {n.name: watch.read_command(cfg, stack, n) for n in cfg.nodes}
+
+
 def read_all(
-    cfg: StackConfig, stack: str, access: SshAccess, runner: Runner = run_ssh
+    commands: dict[str, str], access: SshAccess, runner: Runner = run_ssh
 ) -> dict[str, watch.NodeReading]:
-    """Every node at once (one ssh each)."""
+    """Every node at once (one ssh each): node name -> its reading."""
 
     def one(name: str) -> watch.NodeReading:
-        node = next(n for n in cfg.nodes if n.name == name)
         started = time.monotonic()
         try:
-            done = runner(access.targets[name], watch.read_command(cfg, stack, node), timeout=20)
+            done = runner(access.targets[name], commands[name], timeout=20)
         except subprocess.TimeoutExpired:
             return watch.NodeReading(at=started, error="no answer in 20 s")
         if done.returncode != 0 and not done.stdout:
@@ -53,9 +57,8 @@ def read_all(
             return watch.NodeReading(at=started, error=f"ssh failed: {said[:120]}")
         return watch.parse(done.stdout, started)
 
-    names = [n.name for n in cfg.nodes]
-    with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+    with ThreadPoolExecutor(max_workers=min(8, len(commands))) as pool:
+        return dict(zip(commands, pool.map(one, commands), strict=True))
 
 
 def _gib(kb: int | None) -> str:
@@ -177,16 +180,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         cfg, access = tool_inputs(args.stack, args.cwd)
-        before = read_all(cfg, args.stack, access)
+        commands = read_commands(cfg, args.stack)
+        before = read_all(commands, access)
         if args.once:
             time.sleep(args.every)
-            now = read_all(cfg, args.stack, access)
+            now = read_all(commands, access)
             Console(width=160).print(screen(cfg, args.stack, now, before))
             return 0
         with Live(screen(cfg, args.stack, before, None), auto_refresh=False, screen=False) as live:
             while True:
                 time.sleep(args.every)
-                now = read_all(cfg, args.stack, access)
+                now = read_all(commands, access)
                 live.update(screen(cfg, args.stack, now, before), refresh=True)
                 before = now
 

@@ -98,8 +98,9 @@ def test_the_screen_from_stand_in_nodes() -> None:
 
     # read_all reaches a node by its target alone; a stand-in target is the node's name
     access: Any = SimpleNamespace(targets={"spark-1": "spark-1", "spark-2": "spark-2"})
-    before = monitor.read_all(cfg, "spark", access, runner)
-    now = monitor.read_all(cfg, "spark", access, runner)
+    commands = monitor.read_commands(cfg, "spark")
+    before = monitor.read_all(commands, access, runner)
+    now = monitor.read_all(commands, access, runner)
     now["spark-1"].at = before["spark-1"].at + 2.0
     console = Console(width=200, record=True)
     console.print(monitor.screen(cfg, "spark", now, before))

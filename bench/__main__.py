@@ -8,7 +8,10 @@ the no-op and drift figures and the served model only (a few minutes on a conver
 to bench/results-quick.json); --reads only the no-op `up` and the drift check, on the
 stack's two nodes and (with --nodes 3) grown to three, each the median of five runs (to
 bench/results-reads.json); --transfers only the image and weights distribution beside their
-raw pipes (to bench/results-transfers.json);
+raw pipes (to bench/results-transfers.json); --models only a set of two models behind the
+router: the router's cost beside the model's own endpoint, one model's flags changed while
+both are asked, each node's available memory before, with and after the second model (to
+bench/results-models.json);
 --cold also destroys the stack and times a deploy from nothing, and each launcher (Ray,
 native) from nothing with its idle CPU per node (--launchers: only that); --nodes 3 (or more) brings
 up that many simulated nodes and also measures the image to one worker vs to two over
@@ -25,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench import measure, relay
+from bench import measure, models, relay
 from bench.chart import chart
 from bench.figures import Figures, git_commit
 from sim import stack
@@ -54,12 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         help="only Ray vs native: each from nothing to healthy, and its idle CPU per node",
     )
     p.add_argument(
+        "--models",
+        action="store_true",
+        help="only a set of models: the router's cost, one model changed, memory",
+    )
+    p.add_argument(
         "--out", type=Path, help="default bench/results.json (--quick: results-quick.json)"
     )
     args = p.parse_args(argv)
     # A quick run measures a few figures: it never replaces the full run's file.
     name = (
-        "results-launchers.json"
+        "results-models.json"
+        if args.models
+        else "results-launchers.json"
         if args.launchers
         else "results-reads.json"
         if args.reads
@@ -82,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             "where": "the simulated cluster on this machine (CPU; Docker-in-Docker nodes)",
         }
     )
+    if args.models:
+        print("bench: a set of two models behind the router", flush=True)
+        models.measure(sim, figures)
+        return _written(figures, out)
     if args.launchers:
         print("bench: Ray vs native, cold and idle", flush=True)
         measure.launchers(sim, figures)

@@ -18,7 +18,7 @@ from localengine.state import StateFile
 from sim.nodes import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
-from sim.settings import REPO_ROOT, SIM_STACK, StatePaths
+from sim.settings import NODE_IMAGES_DIR, REPO_ROOT, ROUTER_IMAGE_REF, SIM_STACK, StatePaths
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.remote import run_ssh
@@ -58,6 +58,40 @@ def stack_raw_over(nodes: int) -> dict[str, Any]:
         node["ssh"]["host_key_file"] = f".sim/{entry['name']}.host_key.pub"
         raw["nodes"].append(node)
     raw["parallelism"] = {"tensor": nodes, "pipeline": 1}
+    return raw
+
+
+# The second model of the sim stack as a set (tests/test_sim_models.py, bench --models).
+SECOND = "tiny2"
+
+
+def set_of_two() -> dict[str, Any]:
+    """The sim stack as a set: its model unchanged (Ray named: in a set `auto` is native),
+    and a second on spark-2 alone."""
+    raw = stack_raw()
+    first = {
+        **raw.pop("model"),
+        "parallelism": {**raw.pop("parallelism"), "launcher": "ray"},
+        "vllm": raw.pop("vllm"),
+    }
+    second = {
+        **{k: first[k] for k in ("id", "revision", "hf_cache", "offline")},
+        "name": SECOND,
+        "served_name": "tiny-two",
+        "nodes": ["spark-2"],
+        "ports": {"api": 8001, "master": 29502},
+        "parallelism": {"tensor": 1, "launcher": "native"},
+        "vllm": {**first["vllm"], "gpu_memory_utilization": 0.3},
+    }
+    raw["models"] = [first, second]
+    raw["router"] = {
+        "image": {
+            "ref": ROUTER_IMAGE_REF,
+            "source": "tarball",
+            "tarball": f"{NODE_IMAGES_DIR}/router-sim.tar",
+            "arch": "x86_64",
+        },
+    }
     return raw
 
 

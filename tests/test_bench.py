@@ -71,3 +71,22 @@ def test_the_chart_draws_each_figure_with_a_numeric_goal(tmp_path: Path) -> None
     source.write_text(json.dumps(results))
     assert main([str(source)]) == 0 and (tmp_path / "r.png").stat().st_size > 1000
     assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_the_percentile_is_the_nearest_rank() -> None:
+    from bench.models import _pct
+
+    times = [float(n) for n in range(50, 0, -1)]
+    assert (_pct(times, 50), _pct(times, 99), _pct(times, 100)) == (25.0, 50.0, 50.0)
+    assert _pct([7.0], 50) == 7.0
+
+
+def test_a_changed_models_time_without_service_spans_its_failures() -> None:
+    """From the last answer before the first failure to the first answer after the last."""
+    from bench.models import Asked
+
+    asked = Asked("http://127.0.0.1:9/v1", "m")
+    asked.answered = [1.0, 2.0, 9.0, 10.0]
+    assert asked.without_service_s() == 0.0
+    asked.failed = [(3.0, "refused"), (5.0, "502"), (8.0, "refused")]
+    assert asked.without_service_s() == 7.0

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from sim import stack
-from sim.settings import NODE_IMAGES_DIR, ROUTER_IMAGE_REF
 from sparkvllm import drift
 from sparkvllm.config import load_stack_config
 from sparkvllm.specs.containers import container_name
@@ -29,37 +28,7 @@ from tests.conftest import SIM_PROMPT, SimDeployment, sim_complete, sim_log
 
 pytestmark = pytest.mark.sim
 
-SECOND = "tiny2"
-
-
-def set_of_two() -> dict[str, Any]:
-    """The sim stack as a set: its model unchanged (Ray named: in a set `auto` is native),
-    and a second on spark-2 alone."""
-    raw = stack.stack_raw()
-    first = {
-        **raw.pop("model"),
-        "parallelism": {**raw.pop("parallelism"), "launcher": "ray"},
-        "vllm": raw.pop("vllm"),
-    }
-    second = {
-        **{k: first[k] for k in ("id", "revision", "hf_cache", "offline")},
-        "name": SECOND,
-        "served_name": "tiny-two",
-        "nodes": ["spark-2"],
-        "ports": {"api": 8001, "master": 29502},
-        "parallelism": {"tensor": 1, "launcher": "native"},
-        "vllm": {**first["vllm"], "gpu_memory_utilization": 0.3},
-    }
-    raw["models"] = [first, second]
-    raw["router"] = {
-        "image": {
-            "ref": ROUTER_IMAGE_REF,
-            "source": "tarball",
-            "tarball": f"{NODE_IMAGES_DIR}/router-sim.tar",
-            "arch": "x86_64",
-        },
-    }
-    return raw
+SECOND = stack.SECOND
 
 
 def complete(endpoint: str, model: str) -> str:
@@ -146,7 +115,7 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     first_model = converged.outputs["served_model"]
     with Requests(endpoint, first_model) as first:
         started = time.monotonic()
-        added = stack.engine("up", set_of_two(), log=sim_log)
+        added = stack.engine("up", stack.set_of_two(), log=sim_log)
         sim_log(f"phase: a second model added by one up {time.monotonic() - started:.1f}s")
         assert not added.error, added.error
     plan = changed(added)
@@ -176,7 +145,7 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
 
     through_the_router(added.outputs["endpoint"], [first_model, "tiny-two"])
 
-    cfg = load_stack_config(set_of_two())
+    cfg = load_stack_config(stack.set_of_two())
     found = drift.check(cfg, "sim", d.access, last=added.outputs)
     assert found == [], [f.render() for f in found]
 
@@ -188,12 +157,12 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     assert [(f.node, f.what) for f in found] == [
         ("spark-2", f"model {SECOND}: container not running")
     ], [f.render() for f in found]
-    seen = stack.engine("preview", set_of_two(), refresh=True, log=sim_log)
+    seen = stack.engine("preview", stack.set_of_two(), refresh=True, log=sim_log)
     assert not seen.error, seen.error
     assert changed(seen) and all(n.startswith(f"{SECOND}-") for n in changed(seen)), changed(seen)
     with Requests(endpoint, first_model) as first:
         started = time.monotonic()
-        healed = stack.engine("up", set_of_two(), log=sim_log)
+        healed = stack.engine("up", stack.set_of_two(), log=sim_log)
         sim_log(f"phase: {SECOND}'s stopped server healed by one up "
                 f"{time.monotonic() - started:.1f}s")  # fmt: skip
         assert not healed.error, healed.error

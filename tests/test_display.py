@@ -56,10 +56,16 @@ def test_a_log_that_is_no_terminal_gets_a_line_every_interval() -> None:
 
 
 def test_a_terminal_gets_the_steps_in_flight_redrawn() -> None:
+    """rich's Live redraws the block twice a second from the display's clock (here one
+    the test moves), whenever its thread gets the CPU."""
     out = io.StringIO()
-    with Display(out, tty=True) as shown:
+    now = [0.0]
+    with Display(out, tty=True, clock=lambda: now[0]) as shown:
         shown.begin("a", "create image-sync-spark-2")
-        time.sleep(1.2)
+        now[0] = 1.2
+        deadline = time.monotonic() + 30
+        while "(1s)" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.1)
         shown.log("create weights-spark-2 (1.2s)")
         shown.end("a")
     text = out.getvalue()

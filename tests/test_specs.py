@@ -191,7 +191,7 @@ def _start(script: str, starts: Path, exit_code: int) -> subprocess.CompletedPro
     proc = subprocess.Popen(["bash", "-c", body], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     try:
-        out, err = proc.communicate(timeout=10)
+        out, err = proc.communicate(timeout=6)
         return subprocess.CompletedProcess([], proc.returncode, out, err)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # it and the sleep it waits on

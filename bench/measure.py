@@ -418,7 +418,8 @@ def _weights_figures(
     )  # fmt: skip
 
 
-def _complete(endpoint: str, model: str, tokens: int) -> int:
+def complete(endpoint: str, model: str, tokens: int, timeout: float = 600) -> int:
+    """One completion of `tokens` tokens (ignore_eos: always that many); its token count."""
     body = {
         "model": model,
         "prompt": "The simulated spark cluster says",
@@ -431,13 +432,13 @@ def _complete(endpoint: str, model: str, tokens: int) -> int:
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(req, timeout=600) as resp:
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
         return int(json.loads(resp.read())["usage"]["completion_tokens"])
 
 
 def served_model(endpoint: str, model: str, figures: Figures, streams: int = 8) -> None:
     with stopwatch() as one:
-        tokens = _complete(endpoint, model, 64)
+        tokens = complete(endpoint, model, 64)
     figures.add(
         "smoke_tok_s",
         tokens / one[0],
@@ -447,7 +448,7 @@ def served_model(endpoint: str, model: str, figures: Figures, streams: int = 8) 
     )
     done: list[int] = []
     threads = [
-        threading.Thread(target=lambda: done.append(_complete(endpoint, model, 64)))
+        threading.Thread(target=lambda: done.append(complete(endpoint, model, 64)))
         for _ in range(streams)
     ]
     with stopwatch() as load:

@@ -12,18 +12,16 @@ gpu_memory_utilization (the plan's figure is a GB10's rule, not this).
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.figures import Figures, stopwatch
-from bench.measure import Sim
+from bench.measure import Sim, complete
 from sim import stack
 
 ROUNDS = 5  # direct and through the router, alternating
@@ -33,19 +31,6 @@ CHANGED_FLAG = ["--max-num-seqs", "64"]  # the second model's change: one flag
 # One stream's decode rate of the seed's model on two Sparks (bench served_model's smoke
 # figure cites it): what a request's own time is there, beside the router's added time.
 SPARK_TOK_S = 27.0
-
-
-def _complete(endpoint: str, model: str, tokens: int, timeout: float = 120) -> int:
-    """One completion of `tokens` tokens (ignore_eos: always that many); its token count."""
-    body = {"model": model, "prompt": "The DGX Spark", "max_tokens": tokens,
-            "temperature": 0, "ignore_eos": True}  # fmt: skip
-    req = urllib.request.Request(
-        f"{endpoint}/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return int(json.loads(resp.read())["usage"]["completion_tokens"])
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -60,13 +45,13 @@ def router_cost(router: str, direct: str, model: str, figures: Figures) -> None:
     requests, and each request's latency."""
     took: dict[str, list[float]] = {"direct": [], "router": []}
     tokens: dict[str, int] = {"direct": 0, "router": 0}
-    _complete(direct, model, 1)
-    _complete(router, model, 1)  # both paths warm
+    complete(direct, model, 1)
+    complete(router, model, 1)  # both paths warm
     for _ in range(ROUNDS):
         for side, endpoint in (("direct", direct), ("router", router)):
             for _ in range(PER_ROUND):
                 with stopwatch() as t:
-                    tokens[side] += _complete(endpoint, model, TOKENS)
+                    tokens[side] += complete(endpoint, model, TOKENS)
                 took[side].append(t[0])
     rate = {side: tokens[side] / sum(took[side]) for side in took}
     how = (f"{ROUNDS} rounds of {PER_ROUND} completions of {TOKENS} tokens, one at a time, "
@@ -109,7 +94,7 @@ class Asked:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                _complete(self.endpoint, self.model, 2, timeout=30)
+                complete(self.endpoint, self.model, 2, timeout=30)
                 self.answered.append(time.monotonic())
             except (urllib.error.URLError, OSError, ValueError) as e:
                 self.failed.append((time.monotonic(), f"{type(e).__name__}: {e}"))
@@ -159,7 +144,7 @@ def measure(sim: Sim, figures: Figures) -> None:
     models = added.outputs["models"]
     second = models[stack.SECOND]
     router = str(added.outputs["endpoint"])
-    served_second = "tiny-two"
+    served_second = str(stack.set_of_two()["models"][1]["served_name"])
     time.sleep(10)
     with_set = mem_available_gib(sim)
     plan = added.outputs["memory"]

@@ -34,7 +34,7 @@ from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, scrape, versions
 from sparkvllm.specs.memory import as_output as memory_output
-from sparkvllm.specs.memory import check_model
+from sparkvllm.specs.memory import check_model, check_plan
 from sparkvllm.specs.output import last_json
 from sparkvllm.workstation import SshAccess, workstation_versions
 
@@ -65,6 +65,17 @@ def deploy(
         )
         key = pulumi.Output.secret(access.key_of(n.name))  # the node's own, else the stack's
         nodes[n.name] = GB10Node(node_plan.name, GB10NodeArgs(node_plan, key), top)
+    # The memory plan, checked before anything is touched: every node's memory (its facts)
+    # against the models placed on it, their weights' sizes as the heads' preflight found
+    # them (the hub's file listing, or the snapshot already there). Over budget, nothing
+    # after the preflight runs (links, image, weights, containers): one line per node and
+    # model. A size not known yet (an offline model not complete on its head) is checked
+    # once its download found it, before its server starts (`_fits` below).
+    totals = {n: node.facts.apply(_total_gib) for n, node in nodes.items()}
+    found = pulumi.Output.all(*(node.weights_bytes for node in nodes.values())).apply(_merged)
+    planned = pulumi.Output.all(totals, found).apply(lambda f: check_plan(cfg, *f))
+    for node in nodes.values():
+        node.hold_until(planned)
     links_plan = plans.links(cfg, access.host_keys)
     links = ClusterLinks(links_plan.name, ClusterLinksArgs(links_plan, nodes), top)
     image_plan = plans.image(cfg, access.host_keys)
@@ -81,7 +92,6 @@ def deploy(
     # The memory plan: each model's budget, weights and KV cache on each of its nodes, from
     # the nodes' facts and the weights' sizes; no server starts while a model's weights
     # leave it no room (sparkvllm/specs/memory.py).
-    totals = {n: node.facts.apply(_total_gib) for n, node in nodes.items()}
     memory = pulumi.Output.all(totals, {label: w.size for label, w in weights.items()}).apply(
         lambda figures: memory_output(cfg, *figures)
     )
@@ -201,6 +211,10 @@ def _fits(cfg: StackConfig, label: str, figures: list[Any]) -> bool:
     """Whether model `label`'s weights leave it room on its nodes (else MemoryPlanError)."""
     check_model(cfg, label, figures[0], figures[1])
     return True
+
+
+def _merged(sizes: list[dict[str, int]]) -> dict[str, int]:
+    return {label: size for found in sizes for label, size in found.items()}
 
 
 def _total_gib(facts: dict[str, object]) -> float:

@@ -4,6 +4,7 @@ preflight facts (validated: a mismatch fails naming the node and the fact)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_command as command
@@ -12,6 +13,7 @@ import pulumi_docker as docker
 from components.adapters import gated
 from components.node_step import NodeStep
 from sparkvllm.specs.plans import NodePlan
+from sparkvllm.specs.weights import preflight_bytes
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,10 @@ class GB10Node(pulumi.ComponentResource):
             plan.links, reach=self.reach, check=plan.links_check,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[facts_step]),
         )  # fmt: skip
-        hub_step = [
-            NodeStep(hub, reach=self.reach, stdin_file=plan.token_file, opts=mine)
-            for hub in plan.hubs
-        ]
+        hub_step = {
+            label: NodeStep(hub, reach=self.reach, stdin_file=plan.token_file, opts=mine)
+            for label, hub in plan.hubs.items()
+        }
 
         def validated(outs: list[str]) -> dict[str, object]:
             facts, warnings = plan.verdict(outs[0], outs[1])
@@ -80,7 +82,18 @@ class GB10Node(pulumi.ComponentResource):
             return facts
 
         self.facts = pulumi.Output.all(
-            facts_step.stdout, links_step.stdout, *(s.stdout for s in hub_step)
+            facts_step.stdout, links_step.stdout, *(s.stdout for s in hub_step.values())
         ).apply(validated)
+        # model label -> its weights' size as this node's preflight found it (0: not known).
+        sizes = {label: s.stdout.apply(preflight_bytes) for label, s in hub_step.items()}
+        self.weights_bytes: pulumi.Output[dict[str, int]] = (
+            pulumi.Output.all(**sizes) if sizes else pulumi.Output.from_input({})
+        )
         self.checked = gated(self.facts, facts_step)
         self.register_outputs({"facts": self.facts})
+
+    def hold_until(self, check: pulumi.Output[Any]) -> None:
+        """Everything that waits on this node's preflight (`checked`) waits on `check` too:
+        a verdict over every node's facts (the stack's memory plan). Call it before any
+        part that depends on the node is registered."""
+        self.checked = pulumi.Output.all(check, self.checked).apply(lambda done: done[1])

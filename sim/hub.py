@@ -5,6 +5,7 @@ the vllm-sim image's: `_snapshot_download.py`, `hf_api.py`, `file_download.py`,
 `utils/_http.py`) and what the program's preflight asks (`sparkvllm/probes/hub_access.py`):
 
     GET  /api/models/ORG/NAME/revision/REV      repo info: {"id", "sha", "gated", ...}
+                                                (`?blobs=true`: each file's size too)
     GET  /api/models/ORG/NAME/tree/REV          the file list (`?recursive=...` ignored)
     HEAD /ORG/NAME/resolve/REV/FILE             X-Repo-Commit, ETag, Content-Length
     GET  /ORG/NAME/resolve/REV/FILE             the bytes
@@ -29,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 CHUNK = 1 << 20
 
@@ -54,7 +55,21 @@ class Repo:
     def revision_ok(self, rev: str) -> bool:
         return rev in ("main", self.sha)
 
-    def info(self) -> dict[str, object]:
+    def info(self, blobs: bool = False) -> dict[str, object]:
+        """The repo info; with `blobs` (`?blobs=true`, huggingface_hub's
+        `model_info(files_metadata=True)`) each sibling carries its size, blob id and LFS
+        record, as the hub's do."""
+        siblings: list[dict[str, object]] = []
+        for name, digest in sorted(self.hashes.items()):
+            sibling: dict[str, object] = {"rfilename": name}
+            if blobs:
+                size = (self.files_dir / name).stat().st_size
+                sibling.update(
+                    size=size,
+                    blobId=hashlib.sha1(digest.encode()).hexdigest(),
+                    lfs={"size": size, "sha256": digest, "pointerSize": 134},
+                )
+            siblings.append(sibling)
         return {
             "id": self.model_id,
             "modelId": self.model_id,
@@ -62,7 +77,7 @@ class Repo:
             "private": False,
             "gated": "manual" if self.token else False,
             "disabled": False,
-            "siblings": [{"rfilename": n} for n in sorted(self.hashes)],
+            "siblings": siblings,
         }
 
     def tree(self) -> list[dict[str, object]]:
@@ -138,7 +153,9 @@ class Handler(BaseHTTPRequestHandler):
             if not repo.revision_ok(rev):
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             if kind == "revision":
-                return self._json(repo.info())
+                query = parse_qs(urlsplit(self.path).query)
+                return self._json(repo.info(blobs=query.get("blobs", [""])[-1].lower() in
+                                            ("true", "1")))  # fmt: skip
             if kind == "tree":
                 return self._json(repo.tree())
         elif len(parts) >= 5 and parts[2] == "resolve":

@@ -223,7 +223,8 @@ class NodeAnswers(pulumi.runtime.Mocks):
     versions: Callable[[str], dict[str, str]] = lambda node: dict(IMAGE_VERSIONS)
     # The registry digest the head's image carries (it was pulled from a registry).
     repo_digest: str = "sha256:" + "d" * 64
-    # model label -> the size of its weights the download prints (default 8 GiB).
+    # model label -> the size of its weights the head's preflight and its download print
+    # (default 8 GiB).
     weights_bytes: dict[str, int] = field(default_factory=dict)
 
     def stdout_for(self, name: str) -> str:
@@ -260,9 +261,13 @@ class NodeAnswers(pulumi.runtime.Mocks):
         return cfg.for_model(unnamed), name
 
     def _model_stdout(self, cfg: StackConfig, name: str) -> str:
+        size = self.weights_bytes.get(model_label(cfg.model), 8 * 2**30)
         if name == f"{cfg.head}-hub-access":
             return json.dumps({"hub": "ok", "status": 200, "gated": False,
-                               "token": cfg.hf_token is not None, "detail": ""})  # fmt: skip
+                               "token": cfg.hf_token is not None, "detail": "",
+                               "bytes": size})  # fmt: skip
+        if name == f"{cfg.head}-weights-size":
+            return json.dumps({"hub": "not-needed", "bytes": size})
         if name == f"image-support-{cfg.head}":
             return json.dumps(
                 {
@@ -280,7 +285,6 @@ class NodeAnswers(pulumi.runtime.Mocks):
                 }
             )
         if name.startswith("model-download-"):
-            size = self.weights_bytes.get(model_label(cfg.model), 8 * 2**30)
             manifest = self.manifest(name.rsplit("-", 2)[-2:])
             return f"transferred=1\nmanifest={manifest}\nbytes={size}\n"
         if name.startswith("model-sync-"):
@@ -357,9 +361,16 @@ class Run:
         return self.by_name(earlier).urn in self.closure(self.by_name(later).urn)
 
 
-def run_program(cfg: StackConfig, access: SshAccess, answers: NodeAnswers | None = None) -> Run:
+def run_program(
+    cfg: StackConfig,
+    access: SshAccess,
+    answers: NodeAnswers | None = None,
+    monitor: RecordingMonitor | None = None,
+) -> Run:
+    """The program under the mocks; `monitor` (made with `answers`) keeps what was
+    registered when the program fails."""
     answers = answers or NodeAnswers(cfg)
-    monitor = RecordingMonitor(answers)
+    monitor = monitor or RecordingMonitor(answers)
 
     def program() -> dict[str, Any]:
         args = SparkVllmClusterArgs(config=cfg, stack="test", access=access)

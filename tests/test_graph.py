@@ -49,12 +49,13 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
         ("model-server-container", f"image-obtain-{head}"),
         ("model-server-health", "model-server-container"),
     ]
-    if not cfg.model.offline:
-        # Nothing is obtained or downloaded before the head said it can reach the model.
-        arrows += [
-            (f"image-obtain-{head}", f"{head}-hub-access"),
-            (f"model-download-{head}", f"{head}-hub-access"),
-        ]
+    # Nothing is obtained or downloaded before the head said it can reach the model and
+    # how big its weights are (offline: their size in its cache).
+    preflight = f"{head}-weights-size" if cfg.model.offline else f"{head}-hub-access"
+    arrows += [
+        (f"image-obtain-{head}", preflight),
+        (f"model-download-{head}", preflight),
+    ]
     for n in cfg.worker_nodes:
         w = n.name
         arrows += [
@@ -69,6 +70,8 @@ def expected_arrows(cfg: StackConfig) -> list[tuple[str, str]]:
             ("model-server-ray-ready", f"ray-worker-{w}-container"),
             (f"model-sync-{w}", f"model-download-{head}"),
             (f"model-sync-{w}", f"{w}-facts"),
+            # The memory plan reads every node before the head obtains anything.
+            (f"image-obtain-{head}", f"{w}-facts"),
             ("model-server-container", f"model-sync-{w}"),
         ]
         if len(cfg.worker_nodes) >= 2:
@@ -112,7 +115,8 @@ def test_every_arrow_of_the_graph_is_a_real_dependency(raw: dict[str, Any]) -> N
         "model-server-container",
         "image-obtain-spark-1",
         "image-sync-spark-2",
-        "model-sync-spark-2",
+        "model-download-spark-1",
+        "ray-head-container",
     ],
 )
 def test_dropping_a_dependency_is_caught(

@@ -21,6 +21,7 @@ from sparkvllm.specs.ssh import Reach
 from tests.conftest import TEST_HF_TOKEN, hf_snapshot
 
 MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"  # the spark stack's
+CONFIG = '{"architectures": ["Qwen3_5MoeForConditionalGeneration"]}'
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def hub(tmp_path: Path) -> Iterator[tuple[str, Repo]]:
     """The stand-in serving MODEL gated behind TEST_HF_TOKEN, on a free loopback port."""
     files = tmp_path / "files"
     files.mkdir()
-    (files / "config.json").write_text('{"architectures": ["Qwen3_5MoeForConditionalGeneration"]}')
+    (files / "config.json").write_text(CONFIG)
     (files / "model.safetensors").write_bytes(b"\0" * 64)
     repo = Repo(MODEL, files, token=TEST_HF_TOKEN)
     httpd = server(repo, "127.0.0.1", 0)
@@ -76,6 +77,9 @@ def test_the_hub_check_fails_on_the_node_naming_the_problem_and_its_fix(
     cfg = _cfg({**spark_raw, **extra}, endpoint, tmp_path / "cache", id=model, revision=revision)
     done = _ask(cfg, token)
     assert f'"hub": "{verdict}"' in done.stdout, done
+    if verdict == "ok":
+        # The memory plan's figure before any download: the revision's files, as listed.
+        assert weights.preflight_bytes(done.stdout) == len(CONFIG) + 64
     if problem is None:
         assert done.returncode == 0 and not done.stderr, done
     else:
@@ -101,7 +105,7 @@ def test_only_the_head_asks_the_hub(spark_raw: dict[str, Any]) -> None:
         for n in cfg.nodes
     }
     assert [n for n, p in plans.items() if p.hubs] == [cfg.head]
-    (head_hub,) = plans[cfg.head].hubs
+    (head_hub,) = plans[cfg.head].hubs.values()
     assert head_hub.name == f"{cfg.head}-hub-access"
 
 
@@ -130,8 +134,27 @@ def test_an_unreachable_hub_and_an_offline_model(spark_raw: dict[str, Any], tmp_
     done = _ask(cfg, None)
     assert done.returncode == 1 and '"hub": "unreachable"' in done.stdout, done
     assert "cannot reach" in done.stderr and "model.offline: true" in done.stderr
-    offline = _cfg(spark_raw, "https://huggingface.co", tmp_path, offline=True)
-    assert weights.hub_access(offline) is None
+
+
+def test_an_offline_model_only_has_its_size_read_on_the_head(
+    spark_raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """Offline the hub is never asked (its endpoint here is a port nothing listens on):
+    the step reads the snapshot's size in the head's cache, or says it is not known."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{s.getsockname()[1]}"
+    offline = _cfg(spark_raw, nobody, tmp_path / "cache", offline=True)
+    assert weights.hub_access(offline).name == f"{offline.head}-weights-size"
+    done = _ask(offline, None)
+    assert done.returncode == 0, done
+    assert weights.preflight_bytes(done.stdout) == 0 and '"hub": "offline"' in done.stdout
+    hf_snapshot(tmp_path / "cache", {"config.json": b"{}", "model.safetensors": b"w" * 1000})
+    done = _ask(offline, None)
+    assert done.returncode == 0 and '"hub": "not-needed"' in done.stdout, done
+    assert weights.preflight_bytes(done.stdout) == 1002
 
 
 def test_the_download_takes_the_token_from_stdin_only(spark_raw: dict[str, Any]) -> None:

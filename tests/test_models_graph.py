@@ -129,6 +129,29 @@ def test_no_server_starts_while_a_models_weights_leave_it_no_room(
         run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers)
 
 
+def test_a_plan_over_a_nodes_memory_is_refused_before_anything_is_touched(
+    spark_raw: dict[str, Any],
+) -> None:
+    """The coder's weights (31 GiB, as the hub lists them) do not fit its 30.6 GiB budget on
+    spark-2: the preflight read every node and asked the hub, and then nothing else ran:
+    no link measured, no image obtained, no weights downloaded, no container."""
+    from tests.pulumi_mocks import NodeAnswers, RecordingMonitor
+
+    cfg = load_stack_config(two_models(spark_raw))
+    answers = NodeAnswers(cfg, weights_bytes={"coder": 31 * 2**30})
+    monitor = RecordingMonitor(answers)
+    with pytest.raises(Exception, match=r"memory plan: spark-2: model coder's weights take "
+                       r"31\.0 GiB of its 30\.6 GiB budget \(0\.25 of 122\.5 GiB\)"):  # fmt: skip
+        run_program(cfg, prepare_ssh_access(cfg, "test", ROOT), answers, monitor)
+    # What acts on a node: its steps, commands and containers (components only group them).
+    acting = ("pulumi-python:dynamic:Resource", "command:remote:Command", CONTAINER)
+    ran = {r.name for r in monitor.registrations.values() if r.type in acting}
+    # The servers' guards only read (a liveness probe, which finds no server yet).
+    guards = {"model-server-guard", "rank-guard-spark-2", "coder-model-server-guard"}
+    assert ran - guards == {"spark-1-facts", "spark-2-facts", "spark-1-links", "spark-2-links",
+                            "spark-1-hub-access", "coder-spark-2-hub-access"}  # fmt: skip
+
+
 def test_one_endpoint_routes_to_each_model(spark_raw: dict[str, Any]) -> None:
     """The router on the head: its model list names each model's own server; the stack's
     api_key is its key (secret environment, never in its spec); `endpoint` is its."""

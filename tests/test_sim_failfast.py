@@ -94,6 +94,34 @@ def test_a_wrong_interface_name_stops_at_the_facts(sim: Sim) -> None:
     )
 
 
+def test_a_memory_plan_over_a_sim_nodes_memory_stops_before_anything_is_touched(
+    sim: Sim,
+) -> None:
+    """The model promised 0.04 of a sim node's memory (the figures the facts read there):
+    its KV cache would get under 1 GiB. With the facts recorded by the deployment, `preview`
+    already refuses it; `up` refuses it after the preflight (the facts, the links, the
+    weights' size on the head), before any image, weights or container is touched."""
+    raw = copy.deepcopy(sim.raw)
+    raw["vllm"]["gpu_memory_utilization"] = 0.04
+    total_kb = int(sim.on(HEAD, "awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
+    message = (
+        rf"memory plan: spark-1: model \S+'s weights take [0-9.]+ GiB of its [0-9.]+ GiB "
+        rf"budget \(0\.04 of {re.escape(f'{total_kb / 2**20:.1f}')} GiB\), leaving [0-9.]+ GiB "
+        r"for its KV cache \(at least 1 needed\); fix: raise its vllm.gpu_memory_utilization"
+    )
+    if stack.has_state():
+        assert re.search(message, stack.engine("preview", raw, log=_log).error)
+    before = sim.containers()
+    result = stack.engine("up", raw, log=_log)
+    assert re.search(message, result.error), result.error
+    assert sim.containers() == before
+    acting = ("dynamic:Resource::", "remote:Command::", "docker:index/")
+    ran = {s.urn.rsplit("::", 1)[1] for s in result.steps
+           if s.op != "same" and any(a in s.urn for a in acting)}  # fmt: skip
+    assert ran <= {"spark-1-facts", "spark-2-facts", "spark-1-links", "spark-2-links",
+                   "spark-1-weights-size"}, ran  # fmt: skip
+
+
 @pytest.fixture
 def image_without_model_file(sim: Sim) -> Iterator[str]:
     """On the head: the sim image with vLLM's qwen3.py (Qwen3ForCausalLM) deleted."""

@@ -7,7 +7,8 @@ token, if any, as the first line of stdin: never on a command line. Standard lib
     {"hub": "ok" | "gated" | "no-access" | "bad-token" | "not-found" | "no-revision"
             | "unreachable" | "error", "status": HTTP status or 0, "gated": the repo's
      `gated` field ("manual", "auto" or false), "token": whether one was sent,
-     "detail": the hub's X-Error-Message or the network error}
+     "detail": the hub's X-Error-Message or the network error,
+     "bytes": the size of the revision's files (0 when the hub did not say)}
 
 and, for any verdict but "ok", its line from PROBLEMS_JSON (verdict -> text with `{said}`
 and `{status}`, sparkvllm/specs/weights.py `hub_problems`) on stderr, and exits 1.
@@ -17,14 +18,17 @@ repo without a token is 401 `X-Error-Code: GatedRepo`, with a token lacking acce
 `GatedRepo`; an unknown (or private) repo 401 `RepoNotFound`; an unknown revision 404
 `RevisionNotFound`. Repo metadata of a gated repo is public, its files are not: the probe
 reads the repo info, then asks for config.json with HEAD (a redirect to the CDN counts as
-access and is not followed).
+access and is not followed). The repo info is asked with `?blobs=true`, as huggingface_hub's
+`model_info(files_metadata=True)` does (`hf_api.py`): each sibling then carries its `size`,
+and their sum is what a download of the revision brings (`snapshot_download` fetches every
+file): the memory plan's weights figure before anything is downloaded.
 """
 
 from __future__ import annotations
 
 # What this probe does (sparkvllm.probes.revision): bump it when that changes, not for
 # wording, comments or layout; a step that runs it re-runs then.
-# revision: 1
+# revision: 2
 import json
 import sys
 import urllib.error
@@ -74,14 +78,18 @@ def verdict(status: int, code: str, token: bool) -> str:
 def check(endpoint: str, model: str, revision: str, token: str) -> dict[str, object]:
     base = endpoint.rstrip("/")
     rev = urllib.parse.quote(revision, safe="")
-    status, code, message, body = _ask(f"{base}/api/models/{model}/revision/{rev}", token, "GET")
+    status, code, message, body = _ask(
+        f"{base}/api/models/{model}/revision/{rev}?blobs=true", token, "GET"
+    )
     gated: object = None
+    size = 0
     if 200 <= status < 300:
         try:
             info = json.loads(body)
             gated = info.get("gated", False)
             rev = urllib.parse.quote(str(info.get("sha") or revision), safe="")
-        except ValueError:
+            size = weights_bytes(info.get("siblings"))
+        except (ValueError, AttributeError):
             pass
         status, code, message, _ = _ask(f"{base}/{model}/resolve/{rev}/config.json", token, "HEAD")
     return {
@@ -90,7 +98,18 @@ def check(endpoint: str, model: str, revision: str, token: str) -> dict[str, obj
         "gated": gated,
         "token": bool(token),
         "detail": message[:300],
+        "bytes": size,
     }
+
+
+def weights_bytes(siblings: object) -> int:
+    """The sum of the files' sizes; 0 (not known) unless every file says its size."""
+    if not isinstance(siblings, list) or not siblings:
+        return 0
+    sizes = [s.get("size") if isinstance(s, dict) else None for s in siblings]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes):
+        return 0
+    return sum(sizes)  # type: ignore[arg-type]
 
 
 def problem(answer: dict[str, object], problems: dict[str, str]) -> str | None:

@@ -52,4 +52,4 @@ if [ -n "$gaps" ]; then
 fi
 echo "manifest=$(manifest "$snap")"
 echo "files=$(find -L "$snap" -type f | wc -l)"
-echo "bytes=$(find -L "$snap" -type f -printf '%s\n' | awk '{s+=$1} END {print s+0}')"
+echo "bytes=$(snapshot_bytes "$snap")"

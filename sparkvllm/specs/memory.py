@@ -118,6 +118,17 @@ def check_model(
         raise MemoryPlanError("\n".join(found))
 
 
+def check_plan(
+    cfg: StackConfig, total_gib: Mapping[str, float], weights_bytes: Mapping[str, int]
+) -> bool:
+    """True, or MemoryPlanError naming each node and model whose weights leave it no room:
+    the whole plan, with the figures known so far (the preflight's verdict)."""
+    found = problems(memory_plan(cfg, total_gib, weights_bytes))
+    if found:
+        raise MemoryPlanError("\n".join(found))
+    return True
+
+
 def problems(plan: list[NodeMemory]) -> list[str]:
     """One line per node where a model's weights leave it no room, naming the figures and
     the fix."""

@@ -10,11 +10,12 @@ the URN's parent chain).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar
 
 from sparkvllm.config import NodeConfig, StackConfig
+from sparkvllm.config.stack import model_label
 from sparkvllm.specs import (
     commands,
     containers,
@@ -48,9 +49,10 @@ class NodePlan:
     links_check: Callable[[str], None]
     # (facts stdout, links stdout) -> (facts output, warnings), once both checks passed.
     verdict: Callable[[str, str], tuple[dict[str, object], list[str]]]
-    # Can the node download each model whose rank 0 it is (none for an offline model)? It
-    # fails on the node with the fix; its stdin is the hf_token (from `token_file`).
-    hubs: tuple[CommandSpec, ...] = ()
+    # For each model whose rank 0 it is (by label): can the node download it, and how big
+    # are its weights (an offline model's only read in its cache)? It fails on the node
+    # with the fix; its stdin is the hf_token (from `token_file`).
+    hubs: Mapping[str, CommandSpec] = field(default_factory=dict)
     token_file: str | None = None
 
 
@@ -176,11 +178,11 @@ def node(
         facts_check=partial(facts.facts_check, public, n.name),
         links_check=partial(facts.links_check, public, n.name),
         verdict=partial(facts.verdict, cfg, n),
-        hubs=tuple(
-            hub
-            for view in map(cfg.for_model, cfg.served)
-            if view.head == n.name and (hub := weights.hub_access(view)) is not None
-        ),
+        hubs={
+            model_label(m): weights.hub_access(view)
+            for m in cfg.served
+            if (view := cfg.for_model(m)).head == n.name
+        },
         token_file=token_file,
     )
 

@@ -12,6 +12,7 @@ from sparkvllm import scripts
 from sparkvllm.config import HUB_ENDPOINT, NodeConfig, StackConfig
 from sparkvllm.specs.commands import MAX_STREAMS, CommandSpec, peer_env, peer_values
 from sparkvllm.specs.environment import HF_HOME
+from sparkvllm.specs.output import last_json
 from sparkvllm.specs.scope import scoped
 
 # The suffix of a blob whose copy is in progress (scripts/lib/weights.sh).
@@ -23,21 +24,23 @@ def repo_dir(cfg: StackConfig) -> str:
     return f"{cfg.model.hf_cache}/hub/models--{cfg.model.id.replace('/', '--')}"
 
 
-def hub_access(cfg: StackConfig) -> CommandSpec | None:
-    """Preflight on the head: can it download the model (None when model.offline)?
+def hub_access(cfg: StackConfig) -> CommandSpec:
+    """Preflight on the head: can it download the model, and how big are its weights (the
+    memory plan's figure before anything is touched, `preflight_bytes`)?
     scripts/hub_access.sh with the probe (sparkvllm/probes/hub_access.py), which prints
-    the hub's verdict and, for a bad one, exits 1 with its line from `hub_problems`: a
-    failed check records nothing, so the next `up` asks again. Its stdin is the hf_token
-    secret (empty when the stack has none). Copied from the head: a complete snapshot
-    there is all the nodes need, and the hub is not asked; downloaded by each node: every
-    node asks the hub, so the check always runs."""
+    the hub's verdict with the size of the revision's files and, for a bad verdict, exits 1
+    with its line from `hub_problems`: a failed check records nothing, so the next `up` asks
+    again. Its stdin is the hf_token secret (empty when the stack has none). Copied from
+    the head: a complete snapshot there is all the nodes need, and the hub is not asked;
+    downloaded by each node: every node asks the hub, so the check always runs. Offline:
+    the hub is never asked, and the step (named `-weights-size`) only reads the snapshot's
+    size on the head."""
     m = cfg.model
-    if m.offline:
-        return None
     check = scripts.render(
         "hub_access",
         HEAD_NAME=cfg.head,
         COPY_FROM_HEAD=int(m.distribution == "copy_from_head"),
+        OFFLINE=int(m.offline),
         REPO_DIR=repo_dir(cfg),
         REVISION=m.revision,
         HUB_ENDPOINT=m.hub_endpoint,
@@ -45,10 +48,17 @@ def hub_access(cfg: StackConfig) -> CommandSpec | None:
         PROBLEMS=json.dumps(hub_problems(cfg), sort_keys=True),
         PROBE=scripts.Probe("hub_access"),
     )
+    step = "weights-size" if m.offline else "hub-access"
     return CommandSpec(
-        name=scoped(cfg, f"{cfg.head}-hub-access"), node=cfg.head, create=check.text,
+        name=scoped(cfg, f"{cfg.head}-{step}"), node=cfg.head, create=check.text,
         stdin_secret="hf_token", timeout_s=120, defines=check.identity,
     )  # fmt: skip
+
+
+def preflight_bytes(stdout: str) -> int:
+    """The weights' size the head's preflight (`hub_access`) found: 0 when not known."""
+    said = last_json(stdout).get("bytes", 0)
+    return said if isinstance(said, int) and not isinstance(said, bool) and said > 0 else 0
 
 
 def hub_problems(cfg: StackConfig) -> dict[str, str]:

@@ -23,6 +23,12 @@ manifest() {
   (cd "$1" && find -L . -type f -printf '%P %s\n' | LC_ALL=C sort | sha256sum | cut -c1-64)
 }
 
+# snapshot_bytes DIR: the size of the resolved files, in bytes (0 when DIR is absent).
+snapshot_bytes() {
+  [ -d "$1" ] || { echo 0; return 0; }
+  find -L "$1" -type f -printf '%s\n' | awk '{s+=$1} END {print s+0}'
+}
+
 # incomplete DIR: the files the snapshot needs but lacks, one a line: config.json,
 # dangling symlinks, and any shard a weight index names that is not there.
 incomplete() {

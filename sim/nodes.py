@@ -206,6 +206,11 @@ class Cluster:
             self.say("sim: the running simulation was made from another checkout; recreating")
             self.down()
             existing = find_existing(self.runner)
+        if not existing.empty and not self._models_current():
+            self.say("sim: the nodes predate the model repos this checkout puts in their "
+                     "caches; recreating")  # fmt: skip
+            self.down()
+            existing = find_existing(self.runner)
         if not existing.empty:
             return self._already_up(existing, nodes)
         for folder in (self.paths.root, self.paths.cache_dir, self.paths.logs_dir):
@@ -233,6 +238,15 @@ class Cluster:
         """nodes.json (the node table) and model.json (what every node has in its cache)."""
         self.paths.nodes_json.write_text(json.dumps(table, indent=2) + "\n")
         self.paths.model_json.write_text(json.dumps(hub_model.record(), indent=2) + "\n")
+
+    def _models_current(self) -> bool:
+        """Whether the nodes' caches hold every repo this checkout puts there (model.json
+        says which they were given)."""
+        try:
+            record = json.loads(self.paths.model_json.read_text())
+        except (OSError, ValueError):
+            return False
+        return record.get("repos") == list(tiny_model.NODE_REPOS)
 
     def _state_here(self, nodes: list[NodeSpec]) -> bool:
         """Whether the running nodes were made from this checkout: its .sim/ holds their

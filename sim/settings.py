@@ -20,6 +20,11 @@ SSH_PORT = 22
 NODE_INTERFACE = "eth0"
 
 MODEL_ID = "sparkvllm/tiny-qwen3"
+# SIMULATION: a second repo in every node's HF cache holding a copy of the tiny model's
+# files, for the second model of a set (sim/stack.py set_of_two): its own folder, so a
+# fault on its weights is its alone, and the same weights, so its answers (TP=1) can be
+# compared with the first model's (TP=2).
+SECOND_MODEL_ID = "sparkvllm/tiny-qwen3-two"
 VLLM_IMAGE_REF = "sparkvllm/vllm-sim:latest-sim"
 # SIMULATION: the router of a set of models (LiteLLM's proxy from PyPI), on the head only.
 ROUTER_IMAGE_REF = "sparkvllm/router-sim:latest-sim"

@@ -18,7 +18,14 @@ from localengine.state import StateFile
 from sim.nodes import Cluster
 from sim.progress import Timer
 from sim.runner import SubprocessRunner
-from sim.settings import NODE_IMAGES_DIR, REPO_ROOT, ROUTER_IMAGE_REF, SIM_STACK, StatePaths
+from sim.settings import (
+    NODE_IMAGES_DIR,
+    REPO_ROOT,
+    ROUTER_IMAGE_REF,
+    SECOND_MODEL_ID,
+    SIM_STACK,
+    StatePaths,
+)
 from sparkvllm.config import StackConfig, load_stack_config
 from sparkvllm.config_sources import stack_file_raw
 from sparkvllm.remote import run_ssh
@@ -67,7 +74,8 @@ SECOND = "tiny2"
 
 def set_of_two() -> dict[str, Any]:
     """The sim stack as a set: its model unchanged (Ray named: in a set `auto` is native),
-    and a second on spark-2 alone."""
+    and a second on spark-2 alone, from its own repo in the nodes' caches (SIMULATION: a
+    copy of the tiny model's files, sim/settings.py SECOND_MODEL_ID)."""
     raw = stack_raw()
     first = {
         **raw.pop("model"),
@@ -75,7 +83,8 @@ def set_of_two() -> dict[str, Any]:
         "vllm": raw.pop("vllm"),
     }
     second = {
-        **{k: first[k] for k in ("id", "revision", "hf_cache", "offline")},
+        **{k: first[k] for k in ("revision", "hf_cache", "offline")},
+        "id": SECOND_MODEL_ID,
         "name": SECOND,
         "served_name": "tiny-two",
         "nodes": ["spark-2"],

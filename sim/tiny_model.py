@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sim.build import DOCKER, MODEL_GENERATOR, hash_inputs
 from sim.runner import Runner
-from sim.settings import MODEL_ID, NODE_HF_HUB_DIR, StatePaths
+from sim.settings import MODEL_ID, NODE_HF_HUB_DIR, SECOND_MODEL_ID, StatePaths
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,20 @@ class HubModel:
         return f"{NODE_HF_HUB_DIR}/{self.repo_dir.name}/snapshots/{self.revision}"
 
     def record(self) -> dict[str, object]:
-        """What `.sim/model.json` records: id, revision and where it is on every node."""
+        """What `.sim/model.json` records: id, revision and where it is on every node, and
+        the repos the nodes hold it under (`NODE_REPOS`)."""
         return {
             "model_id": self.model_id,
             "revision": self.revision,
             "node_repo_dir": f"{NODE_HF_HUB_DIR}/{self.repo_dir.name}",
             "node_snapshot_dir": self.node_snapshot_path(),
             "files": sorted(p.name for p in self.snapshot_dir.iterdir()),
+            "repos": list(NODE_REPOS),
         }
+
+
+# The repos every node's cache holds the tiny model's files under (SECOND_MODEL_ID: a copy).
+NODE_REPOS = (MODEL_ID, SECOND_MODEL_ID)
 
 
 def repo_folder_name(model_id: str) -> str:
@@ -133,7 +139,8 @@ def generate_flat_model(runner: Runner, paths: StatePaths, vllm_image: str, out:
 
 
 def node_tarball(model: HubModel) -> bytes:
-    """A tar (for `docker cp - CONTAINER:/`) that puts the repo folder in a node's hub cache."""
+    """A tar (for `docker cp - CONTAINER:/`) that puts the repo folder in a node's hub cache,
+    once under each of NODE_REPOS."""
     buffer = io.BytesIO()
     hub = NODE_HF_HUB_DIR.lstrip("/")
     with tarfile.open(fileobj=buffer, mode="w") as tar:
@@ -142,7 +149,8 @@ def node_tarball(model: HubModel) -> bytes:
             info = tarfile.TarInfo("/".join(parts[:depth]))
             info.type, info.mode = tarfile.DIRTYPE, 0o755
             tar.addfile(info)
-        tar.add(model.repo_dir, arcname=f"{hub}/{model.repo_dir.name}", filter=_as_root)
+        for repo in NODE_REPOS:
+            tar.add(model.repo_dir, arcname=f"{hub}/{repo_folder_name(repo)}", filter=_as_root)
     return buffer.getvalue()
 
 

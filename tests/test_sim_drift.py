@@ -92,8 +92,11 @@ FAULTS: dict[str, Fault] = {
         "model-server-guard",
         (HEAD, "model server unhealthy"),
     ),
+    # `-t 1`: `ray start --block` is the container's first process, which the kernel
+    # shields from SIGTERM (no handler), so a plain restart waits the whole stop timeout
+    # (30 s) and then kills it: the same restart, without the wait.
     "ray head container restarted": Fault(
-        lambda d: on(d, HEAD, f"docker restart {RAY_HEAD}"),
+        lambda d: on(d, HEAD, f"docker restart -t 1 {RAY_HEAD}"),
         "model-server-ray-ready",
         None,
     ),

@@ -2,13 +2,16 @@
 added to the live stack (TP=1 on spark-2 alone, native, its own ports) by one `up` while
 the first keeps answering (0 failed requests, none of its parts replaced); through the one
 endpoint, with the `openai` client, each model by its served name, chat and completions,
-streamed and not; the drift check clean; the second model's server stopped, named by the
-drift check, planned and healed by one `up` that touches only its parts; then it and the
-router removed by one `up` that touches only their parts, the first answering throughout.
+streamed and not; the drift check clean; the second model's server hung, named by the drift
+check, planned and healed (with its flags changed) by one `up` that touches only its parts;
+the first model's Ray worker and its weights on the shared node gone, named, and healed by
+one `up` that touches none of the second's parts while the second answers throughout; then
+the second model and the router removed by one `up` that touches only their parts, the
+first answering throughout.
 
-SIMULATION: the second model serves the same tiny weights as the first (sparkvllm/tiny-qwen3)
-under another name, its own flags and ports: what this shows is the graph (names, placement,
-ports, start order, isolation), not a second checkpoint."""
+SIMULATION: the second model is a copy of the tiny model's files in a repo of its own in
+the nodes' caches (sparkvllm/tiny-qwen3-two, sim/settings.py): a fault of its weights is its
+alone, and its answers (TP=1) can be compared with the first's (TP=2)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Any
 import pytest
 
 from sim import stack
+from sim.settings import SECOND_MODEL_ID
 from sparkvllm import drift
 from sparkvllm.config import load_stack_config
 from sparkvllm.specs.containers import container_name
@@ -29,6 +33,13 @@ from tests.conftest import SIM_PROMPT, SimDeployment, sim_complete, sim_log
 pytestmark = pytest.mark.sim
 
 SECOND = stack.SECOND
+SECOND_ID = SECOND_MODEL_ID  # its own repo in the nodes' caches (a copy of the tiny model)
+RAY_WORKER = container_name("sim", "ray-worker", "spark-2")  # the first model's, on Ray
+# The first model's weights file on spark-2 (the second's are in a repo of their own).
+BLOB = (
+    "$(readlink -f /root/.cache/huggingface/hub/models--sparkvllm--tiny-qwen3/"
+    "snapshots/*/model.safetensors)"
+)
 
 
 def complete(endpoint: str, model: str) -> str:
@@ -40,6 +51,13 @@ def complete(endpoint: str, model: str) -> str:
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return str(json.loads(resp.read())["choices"][0]["text"])
+
+
+def max_model_len(endpoint: str, model: str) -> int:
+    """The context length the server says it serves `model` with (`/v1/models`)."""
+    with urllib.request.urlopen(f"{endpoint}/models", timeout=60) as resp:
+        listed = json.loads(resp.read())["data"]
+    return int(next(m["max_model_len"] for m in listed if m["id"] == model))
 
 
 class Requests:
@@ -149,27 +167,53 @@ def test_a_second_model_comes_and_goes_while_the_first_keeps_serving(
     found = drift.check(cfg, "sim", d.access, last=added.outputs)
     assert found == [], [f.render() for f in found]
 
-    # A fault of one model (its server stopped): the drift check names that model, a
-    # refresh plans only its parts, and one `up` heals it while the first keeps serving.
-    server = container_name("sim", f"{SECOND}-model-server")
-    stack.run_on(cfg, d.access, "spark-2", f"docker stop -t 1 {server}", timeout=60)
+    # A fault of one model, its server hung (its API server process frozen, its container
+    # still running): the drift check names that model, a refresh plans only its parts;
+    # one `up` heals it, with its flags changed (a shorter max_model_len), while the first
+    # keeps serving: only its parts change.
+    stack.run_on(cfg, d.access, "spark-2", f"pkill -STOP -f -- '/bin/[v]llm serve {SECOND_ID} '")
     found = drift.check(cfg, "sim", d.access, last=added.outputs)
     assert [(f.node, f.what) for f in found] == [
-        ("spark-2", f"model {SECOND}: container not running")
+        ("spark-2", f"model {SECOND}: model server unhealthy")
     ], [f.render() for f in found]
     seen = stack.engine("preview", stack.set_of_two(), refresh=True, log=sim_log)
     assert not seen.error, seen.error
     assert changed(seen) and all(n.startswith(f"{SECOND}-") for n in changed(seen)), changed(seen)
+    shorter = stack.set_of_two()
+    shorter["models"][1]["vllm"]["max_model_len"] = 256
     with Requests(endpoint, first_model) as first:
         started = time.monotonic()
-        healed = stack.engine("up", stack.set_of_two(), log=sim_log)
-        sim_log(f"phase: {SECOND}'s stopped server healed by one up "
+        healed = stack.engine("up", shorter, log=sim_log)
+        sim_log(f"phase: {SECOND}'s hung server healed, its flags changed, by one up "
                 f"{time.monotonic() - started:.1f}s")  # fmt: skip
         assert not healed.error, healed.error
     assert first.failed == [] and first.answered > 0
     assert all(n.startswith(f"{SECOND}-") for n in changed(healed)), changed(healed)
     assert healed.outputs["models"][SECOND]["health"]["ready"] is True
     assert complete(healed.outputs["endpoint"], "tiny-two")
+    assert max_model_len(second["endpoint"], "tiny-two") == 256
+
+    # Faults of the other model, on the node both share: the first model's Ray worker gone
+    # and its weights deleted there. The drift check names that model for each; one `up`
+    # heals it while the second keeps serving, none of its parts touched.
+    stack.run_on(cfg, d.access, "spark-2", f"docker rm -f {RAY_WORKER} >/dev/null && rm {BLOB}")
+    found = drift.check(load_stack_config(shorter), "sim", d.access, last=healed.outputs)
+    seen_by = {(f.node, f.what) for f in found}
+    wanted = {("spark-2", f"model {first_model}: container missing"),
+              ("spark-2", f"model {first_model}: weights incomplete")}  # fmt: skip
+    assert wanted <= seen_by, seen_by
+    assert all(f"model {first_model}:" in what for _, what in seen_by), seen_by
+    with Requests(second["endpoint"], "tiny-two") as other:
+        started = time.monotonic()
+        healed = stack.engine("up", shorter, log=sim_log)
+        sim_log(f"phase: {first_model}'s worker and weights healed by one up "
+                f"{time.monotonic() - started:.1f}s; {SECOND}: {other.answered} answered, "
+                f"{len(other.failed)} failed")  # fmt: skip
+        assert not healed.error, healed.error
+    assert other.failed == [] and other.answered > 0
+    plan = changed(healed)
+    assert plan and not [n for n in plan if n.startswith((f"{SECOND}-", "router"))], plan
+    assert complete(endpoint, first_model)
 
     with Requests(endpoint, first_model) as first:
         started = time.monotonic()

@@ -18,6 +18,9 @@ from sparkvllm.vllm_flags import extra_args_problems
 from tests.pulumi_mocks import IMAGE_VERSIONS
 from tests.test_plan_engine import Stack, base, changed
 
+# The real program through the local engine (a program process per operation): end to end.
+pytestmark = pytest.mark.engine
+
 __all__ = ["base"]  # the fixture: the spark stack with a key file
 
 NO_RAY = {**IMAGE_VERSIONS, "ray": "", "vllm": "0.27.1"}

@@ -31,6 +31,9 @@ from tests.conftest import ROOT, TEST_HF_TOKEN, TEST_PRIVATE_KEY
 from tests.pulumi_mocks import IMAGE_VERSIONS, NodeAnswers
 from tests.test_localengine import FakeCommand, FakeDocker, Node
 
+# The real program through the local engine (a program process per operation): end to end.
+pytestmark = pytest.mark.engine
+
 
 class AnswerCommand(FakeCommand):
     """pulumi-command on a healthy node: stdout by resource name."""

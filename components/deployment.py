@@ -34,7 +34,7 @@ from sparkvllm.config import StackConfig
 from sparkvllm.config.stack import model_label
 from sparkvllm.specs import containers, plans, scrape, versions
 from sparkvllm.specs.memory import as_output as memory_output
-from sparkvllm.specs.memory import check_model, check_plan
+from sparkvllm.specs.memory import check_plan
 from sparkvllm.specs.output import last_json
 from sparkvllm.workstation import SshAccess, workstation_versions
 
@@ -209,8 +209,7 @@ def _listed(stdout: str) -> dict[str, Any]:
 
 def _fits(cfg: StackConfig, label: str, figures: list[Any]) -> bool:
     """Whether model `label`'s weights leave it room on its nodes (else MemoryPlanError)."""
-    check_model(cfg, label, figures[0], figures[1])
-    return True
+    return check_plan(cfg, figures[0], {label: figures[1]})
 
 
 def _merged(sizes: list[dict[str, int]]) -> dict[str, int]:

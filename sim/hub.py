@@ -63,10 +63,10 @@ class Repo:
         for name, digest in sorted(self.hashes.items()):
             sibling: dict[str, object] = {"rfilename": name}
             if blobs:
-                size = (self.files_dir / name).stat().st_size
+                size, oid = self._blob(name)
                 sibling.update(
                     size=size,
-                    blobId=hashlib.sha1(digest.encode()).hexdigest(),
+                    blobId=oid,
                     lfs={"size": size, "sha256": digest, "pointerSize": 134},
                 )
             siblings.append(sibling)
@@ -80,14 +80,20 @@ class Repo:
             "siblings": siblings,
         }
 
+    def _blob(self, name: str) -> tuple[int, str]:
+        """File `name`'s size and its git object id (simplified: a sha1 of its sha256), as
+        the tree and the repo info both give them."""
+        size = (self.files_dir / name).stat().st_size
+        return size, hashlib.sha1(self.hashes[name].encode()).hexdigest()
+
     def tree(self) -> list[dict[str, object]]:
         out: list[dict[str, object]] = []
         for name, digest in sorted(self.hashes.items()):
-            size = (self.files_dir / name).stat().st_size
+            size, oid = self._blob(name)
             out.append(
                 {
                     "type": "file",
-                    "oid": hashlib.sha1(digest.encode()).hexdigest(),
+                    "oid": oid,
                     "size": size,
                     "path": name,
                     "lfs": {"oid": digest, "size": size, "pointerSize": 134},

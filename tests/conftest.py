@@ -349,15 +349,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The other tests' cpu cgroup (cgroup v1's cpu controller, as root): the least weight the
 # kernel takes (2) against the sim's (the node containers' cgroups and the foreground's
-# processes, 1024 each), so they run on what the sim's chain leaves idle. At a quarter
-# (256) they still took enough to slow that chain by half: the warm-up took 351 s beside
-# them against 174 s alone, each heal of the drift suite 97 and 75 s against 72 and 59
-# (CONTRIBUTING.md, "Time budget"). A nice value would not do it: with the kernel's autogroups
-# (kernel.sched_autogroup_enabled) nice orders only the processes of one session, and the
-# tests' engines, provider hosts and the nodes' containers each run in sessions or cgroups
-# of their own, which the scheduler weighs alike whatever their nice. Children stay in
-# their parent's cgroup whatever session they start, so the whole of a test's work is
-# weighed as one.
+# processes, 1024 each), so they run on what the sim's chain leaves idle. Beside them the
+# sim's chain is slower than alone (the warm-up 351 s against 174 s, at 256); at 2 its
+# suites after the warm-up took about 1,400 s against 1,470 at 256, though its drift heals
+# did not change (CONTRIBUTING.md, "Time budget"). A nice value would not do it: with the
+# kernel's autogroups (kernel.sched_autogroup_enabled) nice orders only the processes of
+# one session, and the tests' engines, provider hosts and the nodes' containers each run in
+# sessions or cgroups of their own, which the scheduler weighs alike whatever their nice.
+# Children stay in their parent's cgroup whatever session they start, so the whole of a
+# test's work is weighed as one.
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 BACKGROUND = CPU_CGROUPS / "sparkvllm-tests-background"
 BACKGROUND_SHARES = 2

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from localengine.operations import Result
 from sim import stack
 from sparkvllm import scripts
 from sparkvllm.config import StackConfig
@@ -73,8 +74,9 @@ def sim() -> Sim:
     return s
 
 
-def _fails_before_any_container(s: Sim, raw: dict[str, Any], message: str) -> None:
-    """`up` with `raw` fails with `message` and no container changed on any node."""
+def _fails_before_any_container(s: Sim, raw: dict[str, Any], message: str) -> Result:
+    """`up` with `raw` fails with `message` and no container changed on any node; its
+    result."""
     before = s.containers()
     started = time.monotonic()
     result = stack.engine("up", raw, log=_log)
@@ -82,6 +84,7 @@ def _fails_before_any_container(s: Sim, raw: dict[str, Any], message: str) -> No
     _log(f"phase: up failed after {seconds:.1f}s (in-flight steps finish first)")
     assert re.search(message, result.error), result.error
     assert s.containers() == before
+    return result
 
 
 def test_a_wrong_interface_name_stops_at_the_facts(sim: Sim) -> None:
@@ -98,9 +101,9 @@ def test_a_memory_plan_over_a_sim_nodes_memory_stops_before_anything_is_touched(
     sim: Sim,
 ) -> None:
     """The model promised 0.04 of a sim node's memory (the figures the facts read there):
-    its KV cache would get under 1 GiB. With the facts recorded by the deployment, `preview`
-    already refuses it; `up` refuses it after the preflight (the facts, the links, the
-    weights' size on the head), before any image, weights or container is touched."""
+    its KV cache would get under 1 GiB. `up` refuses it after the preflight (the facts, the
+    links, the weights' size on the head), before any image, weights or container is
+    touched; with those figures now recorded, `preview` refuses it too."""
     raw = copy.deepcopy(sim.raw)
     raw["vllm"]["gpu_memory_utilization"] = 0.04
     total_kb = int(sim.on(HEAD, "awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
@@ -109,17 +112,13 @@ def test_a_memory_plan_over_a_sim_nodes_memory_stops_before_anything_is_touched(
         rf"budget \(0\.04 of {re.escape(f'{total_kb / 2**20:.1f}')} GiB\), leaving [0-9.]+ GiB "
         r"for its KV cache \(at least 1 needed\); fix: raise its vllm.gpu_memory_utilization"
     )
-    if stack.has_state():
-        assert re.search(message, stack.engine("preview", raw, log=_log).error)
-    before = sim.containers()
-    result = stack.engine("up", raw, log=_log)
-    assert re.search(message, result.error), result.error
-    assert sim.containers() == before
+    result = _fails_before_any_container(sim, raw, message)
     acting = ("dynamic:Resource::", "remote:Command::", "docker:index/")
     ran = {s.urn.rsplit("::", 1)[1] for s in result.steps
            if s.op != "same" and any(a in s.urn for a in acting)}  # fmt: skip
     assert ran <= {"spark-1-facts", "spark-2-facts", "spark-1-links", "spark-2-links",
                    "spark-1-weights-size"}, ran  # fmt: skip
+    assert re.search(message, stack.engine("preview", raw, log=_log).error)
 
 
 @pytest.fixture

@@ -107,22 +107,12 @@ def as_output(
     return {n.node: n.as_output() for n in memory_plan(cfg, total_gib, weights_bytes)}
 
 
-def check_model(
-    cfg: StackConfig, label: str, total_gib: Mapping[str, float], weights_bytes: int
-) -> None:
-    """MemoryPlanError naming each node where model `label`'s weights leave it no room:
-    its own figures only (another model's size or download never holds it back)."""
-    plan = memory_plan(cfg, total_gib, {label: weights_bytes})
-    found = [line for line in problems(plan) if f" model {label}'s " in line]
-    if found:
-        raise MemoryPlanError("\n".join(found))
-
-
 def check_plan(
     cfg: StackConfig, total_gib: Mapping[str, float], weights_bytes: Mapping[str, int]
 ) -> bool:
-    """True, or MemoryPlanError naming each node and model whose weights leave it no room:
-    the whole plan, with the figures known so far (the preflight's verdict)."""
+    """True, or MemoryPlanError naming each node and model whose weights leave it no room,
+    with the figures known so far: the whole plan (the preflight's verdict), or one model's
+    once its download found its size (only a model with a size can be short of room)."""
     found = problems(memory_plan(cfg, total_gib, weights_bytes))
     if found:
         raise MemoryPlanError("\n".join(found))
